@@ -1,0 +1,1 @@
+"""Agents: claim attempts, hold their leases, run them through a runtime, report."""

@@ -1,0 +1,107 @@
+"""The agent's side of the control-plane HTTP API (CONTRACTS.md section 1, agent endpoints).
+
+HTTP failures become three domain errors at this one boundary:
+``LeaseLost`` (409: our fencing token is stale), ``ApiUnavailable`` (transport error, timeout,
+5xx: try again later) and ``ApiRejected`` (any other 4xx: a bug or bad config, not retried).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """Root of agent API errors."""
+
+
+class LeaseLost(ApiError):
+    """The control plane refused our fencing token: another owner has the attempt now."""
+
+
+class ApiUnavailable(ApiError):
+    """The control plane could not be reached or failed (5xx); the call may be retried."""
+
+
+class ApiRejected(ApiError):
+    """The control plane rejected the call (4xx other than 409)."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    agent_id: str
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True)
+class AttemptHeartbeat:
+    cancel: bool
+    lease_expires_at: str | None
+
+
+class AgentApi:
+    def __init__(self, base_url: str, token: str, *, agent_name: str = "unknown",
+                 timeout: float = 3.0, transport: httpx.BaseTransport | None = None) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            # X-Agent-Name: the API records it as the actor of our events and stale reports.
+            headers={"Authorization": f"Bearer {token}", "X-Agent-Name": agent_name},
+            # Short timeouts: a hung API must not hold heartbeats of other attempts hostage.
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise ApiUnavailable(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code == 409:
+            raise LeaseLost(f"POST {path}: 409 {_detail(response)}")
+        if response.status_code >= 500:
+            raise ApiUnavailable(f"POST {path}: {response.status_code} {_detail(response)}")
+        if response.status_code >= 400:
+            raise ApiRejected(f"POST {path}: {response.status_code} {_detail(response)}")
+        return response.json() if response.content else {}
+
+    def register(self, name: str, pool: str, zone: str, region: str,
+                 capabilities: dict[str, Any]) -> Registration:
+        body = self._post("/v1/agents/register", {"name": name, "pool": pool, "zone": zone,
+                                                  "region": region, "capabilities": capabilities})
+        return Registration(str(body["agent_id"]), float(body["lease_seconds"]),
+                            float(body["heartbeat_seconds"]))
+
+    def heartbeat(self, agent_id: str) -> None:
+        self._post(f"/v1/agents/{agent_id}/heartbeat", {})
+
+    def claim(self, agent_id: str, max_items: int) -> list[dict[str, Any]]:
+        return list(self._post(f"/v1/agents/{agent_id}/claim", {"max": max_items}).get("items", []))
+
+    def attempt_heartbeat(self, attempt_id: str, fencing_token: int,
+                          progress: dict[str, Any] | None) -> AttemptHeartbeat:
+        body = self._post(f"/v1/attempts/{attempt_id}/heartbeat",
+                          {"fencing_token": fencing_token, "progress": progress})
+        return AttemptHeartbeat(bool(body.get("cancel", False)), body.get("lease_expires_at"))
+
+    def send_events(self, attempt_id: str, fencing_token: int, events: list[dict[str, Any]]) -> None:
+        self._post(f"/v1/attempts/{attempt_id}/events",
+                   {"fencing_token": fencing_token, "events": events})
+
+    def report(self, attempt_id: str, fencing_token: int, state: str, reason: str,
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+        self._post(f"/v1/attempts/{attempt_id}/report",
+                   {"fencing_token": fencing_token, "state": state, "reason": reason,
+                    "error": error, "result": result})
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))[:500]
+    except ValueError:
+        return response.text[:500]

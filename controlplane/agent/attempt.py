@@ -1,0 +1,348 @@
+"""One claimed attempt, supervised on its own thread: resolve image, start, keep lease, report.
+
+The thread holds the attempt's lease by heartbeat while the workload runs and is the only
+place that reports the attempt's state, always with the claim's fencing token. It stops the
+workload when:
+
+* the control plane answers 409 (another owner holds a newer token: we were fenced off);
+* the lease *must* have expired by our own clock because heartbeats could not get through
+  (self-fencing: the control plane may already have handed the work to another agent);
+* the control plane asks to cancel; or the agent shuts down.
+
+A success is reported only after the completion manifest of the artifacts has been read back
+and verified; while the store is unavailable the runner keeps the lease and keeps trying.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from controlplane import registry, storage
+from controlplane.agent.api import AgentApi, ApiRejected, ApiUnavailable, LeaseLost
+from controlplane.agent.capacity import Capacity, Demand
+from controlplane.agent.metrics import AgentMetrics
+from controlplane.runtimes.base import InvalidWorkload, LaunchSpec, Outcome, RunHandle, RunResult, Runtime
+from controlplane.workload.events import WorkloadEvent
+
+log = logging.getLogger(__name__)
+MAX_BUFFERED_EVENTS = 1000
+
+
+class Ending(Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    START_FAILED = "start_failed"
+    LEASE_LOST = "lease_lost"
+    CANCELED = "canceled"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Claim:
+    attempt_id: str
+    operation_id: str
+    number: int
+    fencing_token: int
+    lease_seconds: float
+    spec: dict[str, Any]
+    project: str
+
+    @classmethod
+    def from_api(cls, item: dict[str, Any]) -> Claim:
+        return cls(str(item["attempt_id"]), str(item["operation_id"]), int(item["number"]),
+                   int(item["fencing_token"]), float(item["lease_seconds"]), dict(item["spec"]),
+                   str(item.get("project", "")))
+
+    def demand(self) -> Demand:
+        resources = self.spec.get("resources") or {}
+        acc = resources.get("accelerator") or {}
+        return Demand(int(resources.get("cpu", 1)), acc.get("type"), int(acc.get("count", 0)))
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    s3_endpoint: str | None
+    bucket: str
+    registries: tuple[str, ...] = ()  # registries this agent may pull from (empty: any)
+    insecure_registries: bool | None = None
+    image_timeout: float = 3.0
+    tick: float = 0.2
+    stop_grace: float = 2.0
+
+
+@dataclass
+class _Observed:
+    """What the runner learned from the workload's events (goes into the result)."""
+
+    progress: dict[str, Any] | None = None
+    last_checkpoint: str | None = None
+    resumed_from_step: int | None = None
+    torn_skipped: list[str] = field(default_factory=list)
+    weights_sha256: str | None = None
+
+
+class AttemptRunner(threading.Thread):
+    def __init__(self, claim: Claim, *, api: AgentApi, runtime: Runtime, capacity: Capacity,
+                 metrics: AgentMetrics, settings: RunnerSettings, heartbeat_seconds: float,
+                 shutdown: threading.Event, store_factory: Callable[[], storage.ObjectStore]) -> None:
+        super().__init__(name=f"attempt-{claim.attempt_id[:8]}", daemon=True)
+        self.claim = claim
+        self.api = api
+        self.runtime = runtime
+        self.capacity = capacity
+        self.metrics = metrics
+        self.settings = settings
+        self.heartbeat_seconds = heartbeat_seconds
+        self.shutdown = shutdown
+        self.store_factory = store_factory
+        self.handle: RunHandle | None = None
+        self.ending: Ending | None = None
+        self.observed = _Observed()
+        self._outbox: list[dict[str, Any]] = []
+        self._lease_deadline = time.monotonic() + claim.lease_seconds
+        self._next_heartbeat = 0.0
+        self._pending_reason: str | None = None
+
+    # --- thread body ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.metrics.attempts_running.inc()
+        try:
+            self.ending = self._run()
+        except LeaseLost as exc:
+            log.warning("attempt %s: lease lost (%s): stopping workload", self.claim.attempt_id, exc)
+            self.ending = Ending.LEASE_LOST
+        except Exception as exc:  # the runner must never leave a workload running unowned
+            log.exception("attempt %s: agent error", self.claim.attempt_id)
+            self.ending = Ending.FAILED
+            try:
+                self._final_report("failed", f"agent error: {type(exc).__name__}: {exc}",
+                                   transient=True, stop_first=True)
+            except LeaseLost:
+                self.ending = Ending.LEASE_LOST
+        finally:
+            if self.handle is not None:
+                # Also when the thread exits normally: the workload's death signal is tied to it.
+                self.handle.stop(self.settings.stop_grace)
+            self.capacity.release(self.claim.attempt_id)
+            self.metrics.attempts_running.dec()
+            self.metrics.attempts_finished.labels((self.ending or Ending.FAILED).value).inc()
+            log.info("attempt %s (operation %s) ended: %s", self.claim.attempt_id,
+                     self.claim.operation_id, self.ending)
+
+    def _run(self) -> Ending:
+        workload = self.claim.spec.get("workload") or {}
+        image = str(workload.get("image", ""))
+        pinned = self._resolve(image)
+        if pinned is None:
+            return Ending.START_FAILED
+        try:
+            self.handle = self.runtime.start(self._launch_spec(workload, pinned))
+        except InvalidWorkload as exc:
+            self._start_failed("invalid_workload", str(exc), transient=False)
+            return Ending.START_FAILED
+        self.api.report(self.claim.attempt_id, self.claim.fencing_token, "running",
+                        f"workload started ({self.runtime.name}, {pinned})")
+        result = self._supervise()
+        if result is None:
+            return self.ending or Ending.SHUTDOWN
+        self._forward_events()
+        if result.outcome is Outcome.SUCCEEDED:
+            return self._report_success(pinned)
+        self._final_report("failed", result.reason, transient=result.transient)
+        return Ending.FAILED
+
+    # --- start --------------------------------------------------------------------------------
+
+    def _resolve(self, image: str) -> str | None:
+        started = time.monotonic()
+        try:
+            ref = registry.ImageRef.parse(image)
+            if self.settings.registries and ref.registry not in self.settings.registries:
+                # Routing should never send this here; fail closed if it did.
+                raise registry.ImageNotFound(
+                    f"registry {ref.registry} is not one this agent may pull from "
+                    f"({', '.join(self.settings.registries)})")
+            pinned = registry.resolve_digest(image, timeout=self.settings.image_timeout,
+                                             insecure=self.settings.insecure_registries)
+        except registry.RegistryError as exc:
+            self.metrics.image_resolve_seconds.labels(exc.reason).observe(time.monotonic() - started)
+            self._start_failed(exc.reason, str(exc), transient=exc.transient)
+            return None
+        self.metrics.image_resolve_seconds.labels("ok").observe(time.monotonic() - started)
+        return pinned
+
+    def _launch_spec(self, workload: dict[str, Any], pinned: str) -> LaunchSpec:
+        demand = self.claim.demand()
+        return LaunchSpec(
+            operation_id=self.claim.operation_id, attempt_id=self.claim.attempt_id,
+            attempt_number=self.claim.number, project=self.claim.project,
+            kind=str(workload.get("kind", "")), image=pinned, params=dict(workload.get("params") or {}),
+            cpu=demand.cpu, accelerator_type=demand.accelerator_type,
+            accelerator_count=demand.accelerator_count, s3_endpoint=self.settings.s3_endpoint,
+            bucket=self.settings.bucket, timeout_seconds=self.claim.spec.get("timeout_seconds"),
+            labels=dict(self.claim.spec.get("labels") or {}),
+        )
+
+    def _start_failed(self, reason: str, message: str, *, transient: bool) -> None:
+        kind = "transient" if transient else "deterministic"
+        self._outbox.append({"kind": "start_failed", "message": message,
+                             "data": {"reason": reason, "error_kind": kind}})
+        self._forward_events()
+        self._final_report("failed", f"{reason}: {message}", transient=transient)
+
+    # --- supervise ----------------------------------------------------------------------------
+
+    def _supervise(self) -> RunResult | None:
+        assert self.handle is not None
+        while True:
+            self._forward_events()
+            self._note_pending_reason()
+            now = time.monotonic()
+            if now >= self._next_heartbeat:
+                self._heartbeat()
+                if self.ending is Ending.CANCELED:
+                    return None
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost(f"no successful heartbeat for {self.claim.lease_seconds:.1f}s: "
+                                "lease expired by our clock")
+            if self.shutdown.is_set():
+                self.ending = Ending.SHUTDOWN
+                return None
+            result = self.handle.result()
+            if result is not None:
+                return result
+            time.sleep(self.settings.tick)
+
+    def _heartbeat(self) -> None:
+        sent = time.monotonic()
+        self._next_heartbeat = sent + self.heartbeat_seconds
+        try:
+            reply = self.api.attempt_heartbeat(self.claim.attempt_id, self.claim.fencing_token,
+                                               self.observed.progress)
+        except ApiUnavailable as exc:
+            self.metrics.api_errors.labels("attempt_heartbeat", "unavailable").inc()
+            log.warning("attempt %s: heartbeat failed: %s", self.claim.attempt_id, exc)
+            self._next_heartbeat = sent + min(self.heartbeat_seconds, 1.0)
+            return
+        # Measured from when we sent it: the server's clock started no earlier.
+        self._lease_deadline = sent + self.claim.lease_seconds
+        if reply.cancel:
+            log.info("attempt %s: cancel requested: stopping workload", self.claim.attempt_id)
+            self.ending = Ending.CANCELED
+
+    def _note_pending_reason(self) -> None:
+        assert self.handle is not None
+        reason = self.handle.pending_reason()
+        if reason != self._pending_reason:
+            self._pending_reason = reason
+            if reason:
+                self._outbox.append({"kind": "log", "message": f"pending: {reason}",
+                                     "data": {"pending_reason": reason}})
+
+    def _forward_events(self) -> None:
+        if self.handle is not None:
+            self._observe(self.handle.drain_events())
+        if not self._outbox:
+            return
+        batch = _coalesce_progress(self._outbox)
+        try:
+            self.api.send_events(self.claim.attempt_id, self.claim.fencing_token, batch)
+        except ApiUnavailable as exc:
+            self.metrics.api_errors.labels("events", "unavailable").inc()
+            log.warning("attempt %s: events not delivered yet: %s", self.claim.attempt_id, exc)
+            self._outbox = batch[-MAX_BUFFERED_EVENTS:]
+            return
+        self.metrics.events_forwarded.inc(len(batch))
+        self._outbox = []
+
+    def _observe(self, events: list[WorkloadEvent]) -> None:
+        for event in events:
+            data = event.data
+            if event.kind == "progress":
+                self.observed.progress = {"step": data.get("step"), "total": data.get("total")}
+            elif event.kind == "checkpoint_written":
+                self.observed.last_checkpoint = data.get("prefix")
+            elif event.kind == "resumed":
+                self.observed.resumed_from_step = data.get("from_step")
+            elif event.kind == "checkpoint_skipped_torn":
+                self.observed.torn_skipped.append(str(data.get("prefix")))
+            elif event.kind == "artifact_written":
+                self.observed.weights_sha256 = data.get("weights_sha256")
+            self._outbox.append(event.to_json())
+
+    # --- finish -------------------------------------------------------------------------------
+
+    def _report_success(self, pinned: str) -> Ending:
+        manifest, reason = self._verify_artifacts()
+        if manifest is None:
+            self.metrics.artifact_verify_failures.inc()
+            self._final_report("failed", f"workload exited 0 but its artifacts are incomplete: {reason}",
+                               transient=True)
+            return Ending.FAILED
+        prefix = storage.artifact_prefix(self.claim.operation_id, self.claim.number)
+        result = {
+            "artifacts_prefix": prefix,
+            "completion_manifest": prefix + storage.ARTIFACT_MANIFEST,
+            "files": manifest["files"],
+            "image": pinned,
+            "bucket": self.settings.bucket,
+            "weights_sha256": manifest["files"]["model.npy"]["sha256"],
+            "resumed_from_step": self.observed.resumed_from_step,
+            "last_checkpoint": self.observed.last_checkpoint,
+            "torn_checkpoints_skipped": self.observed.torn_skipped,
+        }
+        self._final_report("succeeded", "workload succeeded; completion manifest verified", result=result)
+        return Ending.SUCCEEDED
+
+    def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
+        """Read back COMPLETE.json and checksums, holding the lease while the store is down."""
+        store = self.store_factory()
+        while True:
+            try:
+                return storage.verify_artifacts(store, self.claim.operation_id, self.claim.number)
+            except storage.StorageUnavailable as exc:
+                log.warning("attempt %s: cannot verify artifacts yet: %s", self.claim.attempt_id, exc)
+            if time.monotonic() >= self._next_heartbeat:
+                self._heartbeat()
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost("lease expired while waiting for the object store")
+            if self.shutdown.is_set():
+                raise LeaseLost("agent shutting down before artifacts could be verified")
+            time.sleep(self.settings.tick)
+
+    def _final_report(self, state: str, reason: str, *, transient: bool = True,
+                      result: dict[str, Any] | None = None, stop_first: bool = False) -> None:
+        """Report a terminal state; retried while the API is unavailable and the lease holds."""
+        if stop_first and self.handle is not None:
+            self.handle.stop(self.settings.stop_grace)
+        error = None
+        if state == "failed":
+            error = {"kind": "transient" if transient else "deterministic", "message": reason}
+        while True:
+            try:
+                self.api.report(self.claim.attempt_id, self.claim.fencing_token, state, reason,
+                                error=error, result=result)
+                return
+            except ApiUnavailable as exc:
+                self.metrics.api_errors.labels("report", "unavailable").inc()
+                log.warning("attempt %s: report not delivered yet: %s", self.claim.attempt_id, exc)
+            except ApiRejected as exc:
+                self.metrics.api_errors.labels("report", "rejected").inc()
+                log.error("attempt %s: report rejected: %s", self.claim.attempt_id, exc)
+                return
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost("lease expired before the final report got through")
+            time.sleep(max(self.settings.tick, 0.5))
+
+
+def _coalesce_progress(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep every event but only the newest progress event: progress is a level, not a log."""
+    last_progress = max((i for i, e in enumerate(events) if e["kind"] == "progress"), default=None)
+    return [e for i, e in enumerate(events) if e["kind"] != "progress" or i == last_progress]

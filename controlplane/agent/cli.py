@@ -1,0 +1,105 @@
+"""``gameday controlplane agent``: one agent process (CONTRACTS.md section 2)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from controlplane import storage
+from controlplane.agent.api import AgentApi
+from controlplane.agent.attempt import RunnerSettings
+from controlplane.agent.capacity import Capacity
+from controlplane.agent.loop import Agent, AgentIdentity, LoopSettings
+from controlplane.agent.metrics import AgentMetrics
+from controlplane.runtimes.base import Runtime
+
+
+def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runtime:
+    if name == "local":
+        from controlplane.runtimes.local import LocalRuntime
+
+        return LocalRuntime()
+    from controlplane.runtimes.kubernetes import KubernetesRuntime, pool_options
+
+    return KubernetesRuntime.from_kubeconfig(pool_options(pool, namespace, service_account))
+
+
+@click.command("agent", context_settings={"show_default": True})
+@click.option("--api", "api_url", required=True, envvar="CONTROLPLANE_API_URL",
+              help="Control-plane API base URL.")
+@click.option("--token", required=True, envvar="CONTROLPLANE_AGENT_TOKEN",
+              help="Agent bearer token (prefer the env var: argv is visible in ps).")
+@click.option("--name", required=True, help="Stable agent name (re-registering keeps its id).")
+@click.option("--pool", required=True, help="Node pool, e.g. system, cpu, gpu.")
+@click.option("--zone", required=True)
+@click.option("--region", required=True)
+@click.option("--cpu-slots", type=click.IntRange(min=1), required=True)
+@click.option("--accelerator-type", default=None, help="Simulated accelerator type, e.g. sim-a100.")
+@click.option("--accelerator-count", type=click.IntRange(min=0), default=0)
+@click.option("--dataset", "datasets", multiple=True, help="Dataset available here (repeatable).")
+@click.option("--registry", "registries", multiple=True,
+              help="Registry HOST:PORT this agent may pull from (repeatable; none = any).")
+@click.option("--runtime", type=click.Choice(["local", "kubernetes"]), default="local")
+@click.option("--s3-endpoint", default=None, envvar="S3_ENDPOINT_URL",
+              help="S3 endpoint URL (unset: AWS S3).")
+@click.option("--bucket", default=storage.DEFAULT_BUCKET)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--metrics-host", default="127.0.0.1")
+@click.option("--poll-seconds", type=click.FloatRange(min=0.05), default=0.5,
+              help="Idle claim interval.")
+@click.option("--image-timeout", type=click.FloatRange(min=0.1), default=3.0,
+              help="Registry request timeout for tag -> digest resolution.")
+@click.option("--k8s-namespace", default="ml-workloads", help="Workload namespace (kubernetes runtime).")
+@click.option("--k8s-service-account", default="ml-workload",
+              help="Workload service account (kubernetes runtime).")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO")
+def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region: str,
+              cpu_slots: int, accelerator_type: str | None, accelerator_count: int,
+              datasets: tuple[str, ...], registries: tuple[str, ...], runtime: str,
+              s3_endpoint: str | None, bucket: str, metrics_port: int | None, metrics_host: str,
+              poll_seconds: float, image_timeout: float, k8s_namespace: str,
+              k8s_service_account: str, log_level: str) -> None:
+    """Claim attempts for POOL, run them through RUNTIME, hold their leases, report."""
+    logging.basicConfig(level=log_level,
+                        format=f"%(asctime)s %(levelname)s agent={name} %(name)s: %(message)s")
+    if accelerator_count and not accelerator_type:
+        raise click.BadParameter("--accelerator-count needs --accelerator-type",
+                                 param_hint="--accelerator-count")
+    metrics = AgentMetrics()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
+    store_config = storage.StorageConfig(endpoint_url=s3_endpoint, bucket=bucket)
+
+    def store_factory() -> storage.ObjectStore:
+        # A bounded deadline: the runner interleaves retries with lease heartbeats.
+        return storage.ObjectStore.from_config(store_config, storage.RetryPolicy(deadline_seconds=2.0))
+
+    agent = Agent(
+        identity=AgentIdentity(name, pool, zone, region, datasets, registries),
+        api=AgentApi(api_url, token, agent_name=name),
+        runtime=_runtime(runtime, pool, k8s_namespace, k8s_service_account),
+        capacity=Capacity(cpu_slots, accelerator_type, accelerator_count),
+        runner_settings=RunnerSettings(s3_endpoint=s3_endpoint, bucket=bucket, registries=registries,
+                                       image_timeout=image_timeout),
+        store_factory=store_factory,
+        metrics=metrics,
+        settings=LoopSettings(poll_seconds=poll_seconds),
+    )
+    _stop_on_signals(agent.stop_event)
+    agent.run()
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger(__name__).info("signal %d: draining", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

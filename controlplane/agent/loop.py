@@ -1,0 +1,168 @@
+"""The agent's main loop: register, heartbeat, claim while capacity is free, start runners.
+
+Each claimed attempt gets its own ``AttemptRunner`` thread (lease keeper + reporter), so a
+slow call for one attempt never delays the heartbeats of another. The main loop only does
+agent-level work and capacity accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controlplane import storage
+from controlplane.agent.api import AgentApi, ApiError, ApiUnavailable, Registration
+from controlplane.agent.attempt import AttemptRunner, Claim, RunnerSettings
+from controlplane.agent.capacity import Capacity
+from controlplane.agent.metrics import AgentMetrics
+from controlplane.runtimes.base import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    name: str
+    pool: str
+    zone: str
+    region: str
+    datasets: tuple[str, ...] = ()
+    registries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    poll_seconds: float = 0.5  # idle claim interval
+    register_retry_seconds: float = 1.0
+    shutdown_grace_seconds: float = 10.0
+
+
+@dataclass
+class Agent:
+    identity: AgentIdentity
+    api: AgentApi
+    runtime: Runtime
+    capacity: Capacity
+    runner_settings: RunnerSettings
+    store_factory: Callable[[], storage.ObjectStore]
+    metrics: AgentMetrics = field(default_factory=AgentMetrics)
+    settings: LoopSettings = field(default_factory=LoopSettings)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    runners: dict[str, AttemptRunner] = field(default_factory=dict)
+    registration: Registration | None = None
+
+    def capabilities(self) -> dict[str, object]:
+        return {
+            "cpu_slots": self.capacity.cpu_slots,
+            "accelerator_type": self.capacity.accelerator_type,
+            "accelerator_count": self.capacity.accelerator_count,
+            "datasets": list(self.identity.datasets),
+            "registries": list(self.identity.registries),
+        }
+
+    def register(self) -> Registration:
+        """Register, retrying while the control plane is unavailable (agents start first)."""
+        while not self.stop_event.is_set():
+            try:
+                reg = self.api.register(self.identity.name, self.identity.pool, self.identity.zone,
+                                        self.identity.region, self.capabilities())
+            except ApiUnavailable as exc:
+                self.metrics.api_errors.labels("register", "unavailable").inc()
+                log.warning("register failed, retrying: %s", exc)
+                self.stop_event.wait(self.settings.register_retry_seconds)
+                continue
+            self.registration = reg
+            self.metrics.info.info({"agent": self.identity.name, "agent_id": reg.agent_id,
+                                    "pool": self.identity.pool, "zone": self.identity.zone,
+                                    "region": self.identity.region, "runtime": self.runtime.name})
+            log.info("registered as %s (lease %.1fs, heartbeat %.1fs)", reg.agent_id,
+                     reg.lease_seconds, reg.heartbeat_seconds)
+            return reg
+        raise RuntimeError("agent stopped before it could register")
+
+    def run(self) -> None:
+        reg = self.register()
+        next_heartbeat = 0.0
+        next_claim = 0.0
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            if now >= next_heartbeat:
+                next_heartbeat = now + reg.heartbeat_seconds
+                self._call("heartbeat", lambda: self.api.heartbeat(reg.agent_id))
+            self._reap()
+            if now >= next_claim:
+                claimed = self._claim(reg)
+                # Claim again at once while work keeps coming and capacity remains.
+                next_claim = now if claimed else now + self.settings.poll_seconds
+            self._publish_capacity()
+            self.stop_event.wait(min(0.1, self.settings.poll_seconds))
+        self._shutdown()
+
+    def _call(self, name: str, fn: Callable[[], object]) -> object | None:
+        try:
+            return fn()
+        except ApiError as exc:
+            kind = "unavailable" if isinstance(exc, ApiUnavailable) else type(exc).__name__
+            self.metrics.api_errors.labels(name, kind).inc()
+            log.warning("%s failed: %s", name, exc)
+            return None
+
+    def _claim(self, reg: Registration) -> int:
+        cpu_free, _ = self.capacity.free()
+        if cpu_free < 1:
+            return 0
+        # One at a time: each claim is checked against what is left after the previous one.
+        items = self._call("claim", lambda: self.api.claim(reg.agent_id, 1))
+        if not items:
+            return 0
+        for item in items:  # type: ignore[attr-defined]
+            self._start_runner(Claim.from_api(item), reg)
+        return len(items)  # type: ignore[arg-type]
+
+    def _start_runner(self, claim: Claim, reg: Registration) -> None:
+        self.metrics.claims.inc()
+        reason = self.capacity.reserve(claim.attempt_id, claim.demand())
+        if reason is not None:
+            # The control plane routed more than fits: do not run it, let the lease lapse so it
+            # is retried elsewhere, and say why.
+            log.error("attempt %s does not fit this agent (%s): not starting it",
+                      claim.attempt_id, reason)
+            self._call("events", lambda: self.api.send_events(
+                claim.attempt_id, claim.fencing_token,
+                [{"kind": "log", "message": f"agent capacity exceeded: {reason}",
+                  "data": {"pending_reason": f"agent capacity: {reason}"}}]))
+            return
+        runner = AttemptRunner(
+            claim, api=self.api, runtime=self.runtime, capacity=self.capacity, metrics=self.metrics,
+            settings=self.runner_settings, heartbeat_seconds=reg.heartbeat_seconds,
+            shutdown=self.stop_event, store_factory=self.store_factory,
+        )
+        self.runners[claim.attempt_id] = runner
+        log.info("claimed attempt %s (operation %s, #%d, token %d)", claim.attempt_id,
+                 claim.operation_id, claim.number, claim.fencing_token)
+        runner.start()
+
+    def _reap(self) -> None:
+        for attempt_id, runner in list(self.runners.items()):
+            if not runner.is_alive():
+                runner.join()
+                del self.runners[attempt_id]
+
+    def _publish_capacity(self) -> None:
+        cpu_free, acc_free = self.capacity.free()
+        self.metrics.set_capacity(self.capacity.cpu_slots, cpu_free, self.capacity.accelerator_count,
+                                  acc_free)
+
+    def _shutdown(self) -> None:
+        """Stop claiming; runners see the stop event, stop their workloads and exit.
+
+        Leases are not released early: the control plane moves the work after expiry and the
+        next attempt resumes from the last complete checkpoint.
+        """
+        deadline = time.monotonic() + self.settings.shutdown_grace_seconds
+        for runner in list(self.runners.values()):
+            runner.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.api.close()

@@ -1,0 +1,124 @@
+"""`gameday controlplane ...`: the control plane's processes and admin commands."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import click
+import yaml
+
+from controlplane.db import DSN_ENV, resolve_dsn
+
+dsn_option = click.option("--dsn", envvar=DSN_ENV, help=f"PostgreSQL DSN (or ${DSN_ENV}).")
+
+
+class _Group(click.Group):
+    """Mounts `agent` lazily: it lives in controlplane.agent and pulls in boto3/kubernetes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), "agent"])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name == "agent":
+            return importlib.import_module("controlplane.agent.cli").agent_cmd
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Group)
+def group() -> None:
+    """The reference ML control plane: API, reconciler, agent, migrations."""
+
+
+@group.command()
+@dsn_option
+def migrate(dsn: str | None) -> None:
+    """Apply the schema migrations (idempotent; replicas may run it at once)."""
+    from controlplane.db import migrate as run_migrate
+
+    head = run_migrate(resolve_dsn(dsn))
+    click.echo(f"schema at revision {head}")
+
+
+@group.command()
+@dsn_option
+@click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="YAML/JSON with projects, queues, agent/admin tokens.")
+def seed(dsn: str | None, path: Path) -> None:
+    """Create projects, queues and tokens (idempotent)."""
+    import psycopg
+
+    from controlplane.store.auth import seed as run_seed
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise click.ClickException(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise click.ClickException(f"{path}: expected a mapping with projects/queues/tokens")
+    unknown = set(data) - {"projects", "queues", "agent_tokens", "admin_tokens"}
+    if unknown:
+        raise click.ClickException(f"{path}: unknown keys {sorted(unknown)}")
+    with psycopg.connect(resolve_dsn(dsn)) as conn:
+        try:
+            counts = run_seed(conn, data)
+        except (KeyError, ValueError) as exc:
+            raise click.ClickException(f"{path}: {exc}") from exc
+    click.echo(json.dumps(counts))
+
+
+@group.command()
+@dsn_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--lease-seconds", default=15.0, show_default=True, type=float,
+              help="Attempt lease length granted on claim and renewed by heartbeats.")
+@click.option("--retry-base", default=1.0, show_default=True, type=float,
+              help="Base of the exponential retry backoff, in seconds.")
+@click.option("--pool-max", default=10, show_default=True, type=int,
+              help="Max database connections of this replica.")
+@click.option("--log-level", default="INFO", show_default=True)
+def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
+        pool_max: int, log_level: str) -> None:
+    """Run one API replica (uvicorn)."""
+    import uvicorn
+
+    from controlplane import logs
+    from controlplane.api.app import Settings, create_app
+
+    logs.setup(log_level)
+    app = create_app(Settings(dsn=resolve_dsn(dsn), lease_seconds=lease_seconds,
+                              heartbeat_seconds=max(0.5, lease_seconds / 3),
+                              retry_base_seconds=retry_base, pool_max=pool_max))
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
+                loop="uvloop", http="httptools", timeout_graceful_shutdown=5)
+
+
+@group.command()
+@dsn_option
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--metrics-port", default=0, type=int, help="Serve /metrics here (0 = off).")
+@click.option("--interval", default=0.5, show_default=True, type=float)
+@click.option("--agent-timeout", default=15.0, show_default=True, type=float,
+              help="Seconds without heartbeat after which an agent gets no new work.")
+@click.option("--lease-seconds", default=15.0, show_default=True, type=float,
+              help="Time an agent has to claim a dispatched attempt.")
+@click.option("--retry-base", default=1.0, show_default=True, type=float)
+@click.option("--progress-stale-seconds", default=60.0, show_default=True, type=float)
+@click.option("--log-level", default="INFO", show_default=True)
+def reconciler(dsn: str | None, metrics_host: str, metrics_port: int, interval: float,
+               agent_timeout: float, lease_seconds: float, retry_base: float,
+               progress_stale_seconds: float, log_level: str) -> None:
+    """Run the reconciler (routing, lease expiry, retries, timeouts)."""
+    from prometheus_client import start_http_server
+
+    from controlplane import logs
+    from controlplane.reconciler import ReconcilerSettings, run
+
+    logs.setup(log_level)
+    if metrics_port:
+        start_http_server(metrics_port, addr=metrics_host)
+    run(ReconcilerSettings(dsn=resolve_dsn(dsn), interval=interval, agent_timeout=agent_timeout,
+                           lease_seconds=lease_seconds, retry_base=retry_base,
+                           progress_stale_seconds=progress_stale_seconds))

@@ -1,0 +1,60 @@
+"""Database plumbing: DSN, connection pools, migrations, and the one place driver errors
+become domain errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+DSN_ENV = "CONTROLPLANE_DSN"
+MIGRATIONS = Path(__file__).with_name("migrations")
+_MIGRATION_LOCK = 7_301_001  # advisory lock id: replicas starting together migrate one at a time
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or failed mid-request (transient for clients)."""
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    dsn = dsn or os.environ.get(DSN_ENV)
+    if not dsn:
+        raise SystemExit(f"no database DSN: pass --dsn or set {DSN_ENV}")
+    return dsn
+
+
+def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnectionPool:
+    # check_connection on checkout costs one loopback round trip but means a failover (all
+    # pooled connections dead at once) fails no request that could have been served.
+    return AsyncConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
+        check=AsyncConnectionPool.check_connection,
+        kwargs={"autocommit": True, "connect_timeout": 3,
+                "application_name": "controlplane"},
+    )
+
+
+def migrate(dsn: str) -> str:
+    """Apply all migrations (idempotent). Returns the head revision."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn),
+                                      poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})")
+        try:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+        finally:
+            conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})")
+            conn.commit()
+    return ScriptDirectory.from_config(cfg).get_current_head() or ""

@@ -1,0 +1,39 @@
+"""Prometheus metrics of the control plane. Names are a contract with slo/ (rules read them).
+
+Labels carry project, queue, agent and pool; operation and attempt ids go to logs and events
+instead, because a label per operation would grow Prometheus without bound.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+HTTP_REQUESTS = Counter("controlplane_http_requests_total", "HTTP requests answered",
+                        ["route", "method", "code"])
+HTTP_LATENCY = Histogram("controlplane_http_request_duration_seconds", "HTTP request latency",
+                         ["route", "method"],
+                         buckets=(.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+SUBMISSIONS = Counter("controlplane_submissions_total", "Submissions by result",
+                      ["project", "queue", "result"])  # accepted | duplicate | rejected
+STALE_REPORTS = Counter("controlplane_stale_reports_total",
+                        "Agent reports refused because their fencing token was stale", ["agent"])
+DB_ERRORS = Counter("controlplane_db_errors_total", "Requests failed by database errors", ["route"])
+
+# reconciler
+QUEUE_AGE = Gauge("controlplane_queue_age_seconds",
+                  "Age of the oldest waiting (accepted/queued/blocked) operation", ["queue"])
+PENDING = Gauge("controlplane_pending_operations", "Waiting operations by reason",
+                ["queue", "reason"])
+OPERATIONS = Gauge("controlplane_operations", "Operations by state", ["state"])
+PROGRESS_STALE = Gauge("controlplane_progress_stale_operations",
+                       "Running attempts without progress within the bound")
+LEASE_EXPIRIES = Counter("controlplane_lease_expiries_total", "Attempt leases that expired")
+RETRIES = Counter("controlplane_retries_total", "Operations moved to retrying")
+REROUTES = Counter("controlplane_reroutes_total", "Operations rerouted before start")
+DISPATCHES = Counter("controlplane_dispatches_total", "Attempts dispatched")
+DISPATCH_FAILURES = Counter("controlplane_dispatch_failures_total",
+                            "Scheduling passes that failed", ["reason"])
+DISPATCH_LATENCY = Histogram("controlplane_dispatch_latency_seconds",
+                             "Wait from eligible to dispatched",
+                             buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
+RECONCILER_PASSES = Counter("controlplane_reconciler_passes_total", "Reconciler passes", ["pass"])

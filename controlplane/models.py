@@ -1,0 +1,141 @@
+"""API payloads, validated at the edge (pydantic). Limits keep one request from hurting others."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})?$")
+MAX_PARAMS_BYTES = 16_384
+MAX_LABELS = 32
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Accelerator(Strict):
+    type: Name
+    count: int = Field(ge=1, le=16)
+
+
+class Resources(Strict):
+    cpu: int = Field(default=1, ge=1, le=64)
+    accelerator: Accelerator | None = None
+
+
+class Placement(Strict):
+    regions: list[Name] | None = Field(default=None, min_length=1, max_length=16)
+    dataset: Name | None = None
+
+
+class Workload(Strict):
+    kind: Literal["train", "sleep", "fail"] = "train"
+    image: str = Field(min_length=1, max_length=512)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not _IMAGE_RE.match(v):
+            raise ValueError("not a valid image reference (registry/name:tag or name@sha256:...)")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _params_size(cls, v: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        if len(json.dumps(v)) > MAX_PARAMS_BYTES:
+            raise ValueError(f"params larger than {MAX_PARAMS_BYTES} bytes")
+        return v
+
+
+class OperationSpec(Strict):
+    name: Name
+    queue: Name = "default"
+    priority: int = Field(default=0, ge=-100, le=100)
+    workload: Workload
+    resources: Resources = Field(default_factory=Resources)
+    placement: Placement = Field(default_factory=Placement)
+    max_retries: int = Field(default=3, ge=0, le=20)
+    timeout_seconds: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+    labels: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+        return v
+
+
+class CancelRequest(Strict):
+    reason: str = Field(default="canceled by user", max_length=1000)
+
+
+class SideEffectRequest(Strict):
+    action_id: str = Field(min_length=1, max_length=200)
+    kind: Name
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Capabilities(Strict):
+    cpu_slots: int = Field(ge=0, le=1024)
+    accelerator_type: Name | None = None
+    accelerator_count: int = Field(default=0, ge=0, le=64)
+    datasets: list[Name] = Field(default_factory=list, max_length=256)
+    registries: list[str] = Field(default_factory=list, max_length=64)
+
+
+class AgentRegistration(Strict):
+    name: Name
+    pool: Name
+    zone: Name
+    region: Name
+    capabilities: Capabilities
+
+
+class ClaimRequest(Strict):
+    max: int = Field(default=1, ge=1, le=64)
+
+
+class FencedRequest(Strict):
+    fencing_token: int = Field(ge=1)
+
+
+class AttemptHeartbeat(FencedRequest):
+    progress: dict[str, Any] | None = None
+
+
+class AgentEvent(Strict):
+    kind: Name
+    message: str = Field(default="", max_length=4000)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttemptEvents(FencedRequest):
+    events: list[AgentEvent] = Field(max_length=200)
+
+
+class ErrorInfo(Strict):
+    kind: Literal["transient", "deterministic"]
+    message: str = Field(max_length=4000)
+
+
+class AttemptReport(FencedRequest):
+    state: Literal["running", "succeeded", "failed"]
+    reason: str = Field(default="", max_length=1000)
+    error: ErrorInfo | None = None
+    result: dict[str, Any] | None = None
+
+
+class RouteOverride(Strict):
+    agent: Name
+
+
+class BreakerOverride(Strict):
+    state: Literal["open", "closed"]

@@ -1,0 +1,131 @@
+"""The reconciler process: routes waiting work, expires leases, wakes retries, enforces
+timeouts, and exports the gauges. Two replicas may run at once (see store/scheduling.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import psycopg
+
+from controlplane import metrics
+from controlplane.store import scheduling
+from controlplane.store.operations import NOTIFY_CHANNEL
+
+log = logging.getLogger("controlplane.reconciler")
+
+
+@dataclass(frozen=True)
+class ReconcilerSettings:
+    dsn: str
+    interval: float = 0.5  # fallback tick; NOTIFY wakes the routing pass sooner
+    agent_timeout: float = 15.0  # an agent without heartbeat this long is not routed to
+    lease_seconds: float = 15.0  # initial lease of a dispatched attempt (time to claim)
+    retry_base: float = 1.0
+    progress_stale_seconds: float = 60.0
+    gauge_interval: float = 2.0
+
+
+class Reconciler:
+    def __init__(self, settings: ReconcilerSettings) -> None:
+        self.s = settings
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        listener = asyncio.create_task(self._listen())
+        last_gauges = 0.0
+        conn: psycopg.AsyncConnection | None = None
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._stop.is_set():
+                try:
+                    if conn is None or conn.closed:
+                        conn = await psycopg.AsyncConnection.connect(
+                            self.s.dsn, autocommit=True, connect_timeout=3,
+                            application_name="reconciler")
+                    await self.tick(conn)
+                    if loop.time() - last_gauges >= self.s.gauge_interval:
+                        await self.export_gauges(conn)
+                        last_gauges = loop.time()
+                except psycopg.Error as exc:
+                    metrics.DISPATCH_FAILURES.labels(type(exc).__name__).inc()
+                    log.warning("reconciler pass failed; reconnecting",
+                                extra={"action": "pass_failed", "error": str(exc)})
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                    await asyncio.sleep(0.5)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.s.interval)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+        finally:
+            listener.cancel()
+            if conn is not None:
+                await conn.close()
+
+    async def tick(self, conn: psycopg.AsyncConnection) -> None:
+        exp = await scheduling.expire_leases(conn, retry_base=self.s.retry_base)
+        metrics.LEASE_EXPIRIES.inc(exp.expired)
+        metrics.RETRIES.inc(exp.retried)
+        metrics.REROUTES.inc(exp.rerouted)
+        metrics.RECONCILER_PASSES.labels("expire").inc()
+        await scheduling.wake_retries(conn)
+        await scheduling.enforce_timeouts(conn)
+        st = await scheduling.schedule(conn, alive_seconds=self.s.agent_timeout,
+                                       lease_seconds=self.s.lease_seconds)
+        metrics.RECONCILER_PASSES.labels("schedule").inc()
+        metrics.DISPATCHES.inc(len(st.dispatched))
+        for waited in st.dispatched:
+            metrics.DISPATCH_LATENCY.observe(waited)
+        if exp.expired or st.dispatched:
+            log.info("pass", extra={"action": "reconcile", "dispatched": len(st.dispatched),
+                                    "blocked": st.blocked, "waiting": st.waiting,
+                                    "expired": exp.expired, "retried": exp.retried,
+                                    "rerouted": exp.rerouted, "failed": exp.failed})
+
+    async def export_gauges(self, conn: psycopg.AsyncConnection) -> None:
+        g = await scheduling.gauges(conn, self.s.progress_stale_seconds)
+        for state in ("accepted", "queued", "dispatched", "running", "retrying", "blocked",
+                      "canceled", "succeeded", "failed"):
+            metrics.OPERATIONS.labels(state).set(g["states"].get(state, 0))
+        for queue, age in g["queue_age"].items():
+            metrics.QUEUE_AGE.labels(queue).set(age)
+        metrics.PENDING.clear()
+        for queue, reason, n in g["pending"]:
+            metrics.PENDING.labels(queue, reason).set(n)
+        metrics.PROGRESS_STALE.set(g["progress_stale"])
+
+    async def _listen(self) -> None:
+        """LISTEN for submissions so routing starts at once instead of at the next tick."""
+        while not self._stop.is_set():
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        self.s.dsn, autocommit=True, connect_timeout=3,
+                        application_name="reconciler-listen") as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(1.0)
+
+
+def run(settings: ReconcilerSettings) -> None:
+    async def main() -> None:
+        r = Reconciler(settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, r.stop)
+        log.info("reconciler started", extra={"action": "start"})
+        await r.run()
+        log.info("reconciler stopped", extra={"action": "stop"})
+
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Workload runtimes behind one interface (``base.Runtime``): local processes, Kubernetes Jobs."""

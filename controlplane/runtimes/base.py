@@ -1,0 +1,100 @@
+"""The runtime interface: start an attempt's workload, stream its events, learn how it ended.
+
+A runtime turns a ``LaunchSpec`` into a running workload and a ``RunHandle``. The agent
+owns the lease and the reporting; a runtime only executes and observes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from controlplane.workload.events import WorkloadEvent
+
+WORKLOAD_KINDS = frozenset({"train"})
+# params key -> workload CLI flag; anything else is an invalid submission.
+_PARAM_FLAGS: dict[str, str] = {
+    "steps": "--steps",
+    "checkpoint_every": "--checkpoint-every",
+    "seed": "--seed",
+    "batch_size": "--batch-size",
+    "learning_rate": "--learning-rate",
+    "step_delay": "--step-delay",
+}
+
+
+class InvalidWorkload(ValueError):
+    """The workload section cannot be run by this agent (deterministic start failure)."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    operation_id: str
+    attempt_id: str
+    attempt_number: int
+    project: str
+    kind: str
+    image: str  # pinned by digest: registry/name@sha256:...
+    params: Mapping[str, Any]
+    cpu: int = 1
+    accelerator_type: str | None = None
+    accelerator_count: int = 0
+    s3_endpoint: str | None = None
+    bucket: str = "ml-artifacts"
+    timeout_seconds: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def workload_args(spec: LaunchSpec) -> list[str]:
+    """The sample workload's arguments (after ``python -m controlplane.workload``)."""
+    if spec.kind not in WORKLOAD_KINDS:
+        raise InvalidWorkload(f"workload.kind {spec.kind!r} is not one of {sorted(WORKLOAD_KINDS)}")
+    unknown = set(spec.params) - set(_PARAM_FLAGS)
+    if unknown:
+        raise InvalidWorkload(f"workload.params has unknown keys {sorted(unknown)}; "
+                              f"allowed: {sorted(_PARAM_FLAGS)}")
+    args = ["--operation-id", spec.operation_id, "--attempt", str(spec.attempt_number),
+            "--bucket", spec.bucket]
+    if spec.s3_endpoint:
+        args += ["--s3-endpoint", spec.s3_endpoint]
+    for key, value in sorted(spec.params.items()):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidWorkload(f"workload.params.{key} must be a number, got {value!r}")
+        args += [_PARAM_FLAGS[key], str(value)]
+    return args
+
+
+class Outcome(Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outcome: Outcome
+    reason: str
+    transient: bool = True  # for failures: may a retry help?
+    exit_code: int | None = None
+
+
+class RunHandle(Protocol):
+    def drain_events(self) -> list[WorkloadEvent]:
+        """Events produced since the last call (oldest first)."""
+
+    def result(self) -> RunResult | None:
+        """How the workload ended, or None while it still runs (or waits to be scheduled)."""
+
+    def pending_reason(self) -> str | None:
+        """Why the workload is not running yet (e.g. unschedulable), or None."""
+
+    def stop(self, grace_seconds: float = 2.0) -> None:
+        """Stop the workload (terminate, then kill after the grace period); idempotent."""
+
+
+class Runtime(Protocol):
+    name: str
+
+    def start(self, spec: LaunchSpec) -> RunHandle:
+        """Start the workload; raises InvalidWorkload for a spec it cannot run."""

@@ -1,0 +1,336 @@
+"""Checkpoints and artifacts on S3-compatible object storage (CONTRACTS.md section 3).
+
+Layout::
+
+    checkpoints/<operation_id>/attempt-<n>/step-<%08d>/{weights.npy,optimizer.npz,state.json}
+    checkpoints/<operation_id>/attempt-<n>/step-<%08d>/MANIFEST.json      (written last)
+    artifacts/<operation_id>/attempt-<n>/{model.npy,metrics.json}
+    artifacts/<operation_id>/attempt-<n>/COMPLETE.json                    (written last)
+
+A checkpoint or artifact set is valid only when its manifest exists and every file it lists
+has the recorded sha256: a writer killed half-way leaves a *torn* prefix that readers skip.
+Writes are retried with backoff for as long as the caller allows (the workload pauses while
+the store is unavailable); nothing is ever deleted here, so nothing written is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # pragma: no cover
+else:
+    S3Client = Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUCKET = "ml-artifacts"
+CHECKPOINT_FILES = ("weights.npy", "optimizer.npz", "state.json")
+ARTIFACT_FILES = ("model.npy", "metrics.json")
+CHECKPOINT_MANIFEST = "MANIFEST.json"
+ARTIFACT_MANIFEST = "COMPLETE.json"
+_STEP_PREFIX = re.compile(r"^checkpoints/(?P<op>[^/]+)/attempt-(?P<n>\d+)/step-(?P<step>\d{8})/$")
+
+
+class StorageError(Exception):
+    """Root of storage errors."""
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached (or kept failing) within the allowed time."""
+
+
+class ObjectMissing(StorageError):
+    """A key that should exist does not."""
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    endpoint_url: str | None
+    bucket: str = DEFAULT_BUCKET
+    region: str = "us-east-1"
+    access_key: str | None = None
+    secret_key: str | None = None
+    # botocore's defaults (60 s read timeout, legacy retries) hang for minutes when the
+    # endpoint is SIGSTOPped (DESIGN.md section 7): keep each call short, retry above it.
+    connect_timeout: float = 2.0
+    read_timeout: float = 5.0
+    max_attempts: int = 2
+
+
+def make_s3_client(config: StorageConfig) -> S3Client:
+    """A boto3 S3 client with explicit timeouts and a bounded, standard retry mode."""
+    botocore_config = Config(
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.read_timeout,
+        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        s3={"addressing_style": "path"},
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=config.endpoint_url,
+        region_name=config.region,
+        aws_access_key_id=config.access_key or ("testing" if config.endpoint_url else None),
+        aws_secret_access_key=config.secret_key or ("testing" if config.endpoint_url else None),
+        config=botocore_config,
+    )
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def checkpoint_prefix(operation_id: str, attempt: int, step: int) -> str:
+    return f"checkpoints/{operation_id}/attempt-{attempt}/step-{step:08d}/"
+
+
+def artifact_prefix(operation_id: str, attempt: int) -> str:
+    return f"artifacts/{operation_id}/attempt-{attempt}/"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for writes/reads against an unavailable store; deadline None = wait forever."""
+
+    initial_backoff: float = 0.2
+    max_backoff: float = 2.0
+    deadline_seconds: float | None = None
+
+
+RetryListener = Callable[[str, int, Exception], None]
+"""Called as (key, attempt_number, error) before each backoff sleep: lets callers report a pause."""
+
+
+@dataclass
+class ObjectStore:
+    client: S3Client
+    bucket: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_retry: RetryListener | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: StorageConfig, retry: RetryPolicy | None = None,
+        on_retry: RetryListener | None = None,
+    ) -> ObjectStore:
+        return cls(make_s3_client(config), config.bucket, retry or RetryPolicy(), on_retry)
+
+    def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        backoff = self.retry.initial_backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code in ("NoSuchKey", "404", "NoSuchBucket"):
+                    raise ObjectMissing(f"{what}: {code}") from exc
+                if not str(code).startswith("5") and code not in ("SlowDown", "RequestTimeout"):
+                    raise StorageError(f"{what}: {code}: {exc}") from exc
+                error: Exception = exc
+            except BotoCoreError as exc:  # connection refused/timeouts after botocore's own retries
+                error = exc
+            deadline = self.retry.deadline_seconds
+            if deadline is not None and time.monotonic() - started >= deadline:
+                raise StorageUnavailable(f"{what}: gave up after {attempt} tries: {error}") from error
+            if self.on_retry is not None:
+                self.on_retry(what, attempt, error)
+            log.warning("storage %s failed (try %d), retrying in %.1fs: %s", what, attempt, backoff, error)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, self.retry.max_backoff)
+
+    def ensure_bucket(self) -> None:
+        def create() -> None:
+            try:
+                self.client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                    raise
+                self.client.create_bucket(Bucket=self.bucket)
+
+        self._with_retry(f"ensure bucket {self.bucket}", create)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._with_retry(
+            f"put {key}",
+            lambda: self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, ChecksumSHA256=_b64_sha256(data)
+            ),
+        )
+
+    def get(self, key: str) -> bytes:
+        def read() -> bytes:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+        return self._with_retry(f"get {key}", read)
+
+    def list_prefixes(self, prefix: str) -> list[str]:
+        """Every key under prefix (paginated)."""
+
+        def list_all() -> list[str]:
+            keys: list[str] = []
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                keys.extend(obj["Key"] for obj in page.get("Contents", []))
+            return keys
+
+        return self._with_retry(f"list {prefix}", list_all)
+
+
+def _b64_sha256(data: bytes) -> str:
+    # Sent with the PUT so the store itself rejects a body corrupted in transit.
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+# --- manifests -----------------------------------------------------------------------------
+
+
+def build_manifest(files: Mapping[str, bytes], extra: Mapping[str, Any] | None = None) -> bytes:
+    body: dict[str, Any] = {
+        "version": 1,
+        "files": {name: {"sha256": sha256_hex(data), "size": len(data)} for name, data in files.items()},
+    }
+    if extra:
+        body.update(extra)
+    return json.dumps(body, sort_keys=True, indent=1).encode()
+
+
+def write_with_manifest(
+    store: ObjectStore, prefix: str, files: Mapping[str, bytes], manifest_name: str,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write every file, then the manifest last: a reader never sees a manifest without its files."""
+    for name, data in files.items():
+        store.put(prefix + name, data)
+    manifest = build_manifest(files, extra)
+    store.put(prefix + manifest_name, manifest)
+    return json.loads(manifest)
+
+
+def verify_manifest(store: ObjectStore, prefix: str, manifest_name: str) -> tuple[dict[str, bytes], str | None]:
+    """Read the files of a prefix and check them against its manifest.
+
+    Returns (files, None) when complete, or ({}, reason) when the prefix is torn.
+    Storage being unavailable propagates (a torn verdict must not be invented from an outage).
+    """
+    try:
+        raw = store.get(prefix + manifest_name)
+    except ObjectMissing:
+        return {}, f"{manifest_name} missing"
+    try:
+        manifest = json.loads(raw)
+        listed: dict[str, dict[str, Any]] = manifest["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return {}, f"{manifest_name} unreadable: {exc}"
+    files: dict[str, bytes] = {}
+    for name, meta in sorted(listed.items()):
+        try:
+            data = store.get(prefix + name)
+        except ObjectMissing:
+            return {}, f"{name} missing"
+        if sha256_hex(data) != meta.get("sha256"):
+            return {}, f"{name} sha256 mismatch"
+        files[name] = data
+    return files, None
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    operation_id: str
+    attempt: int
+    step: int
+
+    @property
+    def prefix(self) -> str:
+        return checkpoint_prefix(self.operation_id, self.attempt, self.step)
+
+
+@dataclass(frozen=True)
+class TornCheckpoint:
+    ref: CheckpointRef
+    reason: str
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    ref: CheckpointRef
+    files: dict[str, bytes]
+
+
+def write_checkpoint(
+    store: ObjectStore, operation_id: str, attempt: int, step: int, files: Mapping[str, bytes]
+) -> CheckpointRef:
+    missing = set(CHECKPOINT_FILES) - set(files)
+    if missing:
+        raise ValueError(f"checkpoint is missing files: {sorted(missing)}")
+    ref = CheckpointRef(operation_id, attempt, step)
+    write_with_manifest(store, ref.prefix, files, CHECKPOINT_MANIFEST, {"step": step, "attempt": attempt})
+    return ref
+
+
+def list_checkpoints(store: ObjectStore, operation_id: str) -> list[CheckpointRef]:
+    """All checkpoint prefixes of an operation (any attempt), newest step first."""
+    refs: set[CheckpointRef] = set()
+    for key in store.list_prefixes(f"checkpoints/{operation_id}/"):
+        match = _STEP_PREFIX.match(key.rsplit("/", 1)[0] + "/")
+        if match:
+            refs.add(CheckpointRef(operation_id, int(match["n"]), int(match["step"])))
+    # Highest step wins; at equal step the later attempt (both are complete copies of the same state).
+    return sorted(refs, key=lambda r: (r.step, r.attempt), reverse=True)
+
+
+def latest_complete_checkpoint(
+    store: ObjectStore, operation_id: str
+) -> tuple[LoadedCheckpoint | None, list[TornCheckpoint]]:
+    """The newest checkpoint whose manifest verifies, plus the torn ones skipped on the way."""
+    torn: list[TornCheckpoint] = []
+    for ref in list_checkpoints(store, operation_id):
+        files, reason = verify_manifest(store, ref.prefix, CHECKPOINT_MANIFEST)
+        if reason is None:
+            return LoadedCheckpoint(ref, files), torn
+        torn.append(TornCheckpoint(ref, reason))
+    return None, torn
+
+
+# --- artifacts -----------------------------------------------------------------------------
+
+
+def write_artifacts(
+    store: ObjectStore, operation_id: str, attempt: int, files: Mapping[str, bytes],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    missing = set(ARTIFACT_FILES) - set(files)
+    if missing:
+        raise ValueError(f"artifacts are missing files: {sorted(missing)}")
+    return write_with_manifest(
+        store, artifact_prefix(operation_id, attempt), files, ARTIFACT_MANIFEST, extra
+    )
+
+
+def verify_artifacts(store: ObjectStore, operation_id: str, attempt: int) -> tuple[dict[str, Any] | None, str | None]:
+    """(completion manifest, None) when the artifacts are complete, else (None, reason)."""
+    prefix = artifact_prefix(operation_id, attempt)
+    files, reason = verify_manifest(store, prefix, ARTIFACT_MANIFEST)
+    if reason is not None:
+        return None, reason
+    manifest = json.loads(store.get(prefix + ARTIFACT_MANIFEST))
+    if set(ARTIFACT_FILES) - set(files):
+        return None, f"completion manifest lacks {sorted(set(ARTIFACT_FILES) - set(files))}"
+    return manifest, None

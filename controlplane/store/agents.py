@@ -1,0 +1,268 @@
+"""Agent-facing queries: registration, liveness, claims with fencing, attempt reports."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from controlplane.policy import ErrorKind, decide_retry
+from controlplane.states import ActiveAttemptStates, OpState
+from controlplane.store import Conflict, NotFound, StaleReport
+from controlplane.store.operations import NOTIFY_CHANNEL
+from controlplane.store.transitions import record_event, transition
+
+BREAKER_THRESHOLD = 3  # consecutive transient failures on one agent before it stops getting work
+BREAKER_COOLDOWN = timedelta(seconds=30)
+
+
+async def register(conn: AsyncConnection, reg: dict[str, Any]) -> str:
+    caps = reg["capabilities"]
+    async with conn.cursor() as cur:
+        await cur.execute(
+            """INSERT INTO agents (name, pool, zone, region, cpu_slots, accelerator_type,
+                                   accelerator_count, datasets, registries)
+               VALUES (%(name)s, %(pool)s, %(zone)s, %(region)s, %(cpu)s, %(at)s, %(ac)s,
+                       %(ds)s, %(rg)s)
+               ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool, zone = EXCLUDED.zone,
+                   region = EXCLUDED.region, cpu_slots = EXCLUDED.cpu_slots,
+                   accelerator_type = EXCLUDED.accelerator_type,
+                   accelerator_count = EXCLUDED.accelerator_count, datasets = EXCLUDED.datasets,
+                   registries = EXCLUDED.registries, last_heartbeat_at = now()
+               RETURNING id::text""",
+            {"name": reg["name"], "pool": reg["pool"], "zone": reg["zone"],
+             "region": reg["region"], "cpu": caps["cpu_slots"], "at": caps.get("accelerator_type"),
+             "ac": caps.get("accelerator_count", 0), "ds": caps.get("datasets", []),
+             "rg": caps.get("registries", [])})
+        row = await cur.fetchone()
+        # new capacity may unblock waiting work: wake the scheduler
+        await cur.execute("SELECT pg_notify(%s, 'agent')", (NOTIFY_CHANNEL,))
+    assert row is not None
+    return row[0]
+
+
+async def heartbeat(conn: AsyncConnection, agent_id: str) -> None:
+    cur = await conn.execute(
+        "UPDATE agents SET last_heartbeat_at = now() WHERE id = %s::uuid", (agent_id,))
+    if cur.rowcount == 0:
+        raise NotFound(f"agent {agent_id} is not registered; register again")
+
+
+async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
+                lease_seconds: float) -> list[dict[str, Any]]:
+    """Take the attempts routed to this agent. Each claim gets a new, higher fencing token."""
+    async with conn.transaction():
+        await heartbeat(conn, agent_id)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                """UPDATE attempts t SET claimed_at = now(),
+                       fencing_token = nextval('fencing_tokens'),
+                       lease_expires_at = now() + make_interval(secs => %(lease)s)
+                   FROM operations o, projects p
+                   WHERE t.id IN (SELECT id FROM attempts
+                                  WHERE agent_id = %(agent)s::uuid AND state = 'dispatched'
+                                    AND claimed_at IS NULL
+                                  ORDER BY created_at LIMIT %(max)s FOR UPDATE SKIP LOCKED)
+                     AND o.id = t.operation_id AND p.id = o.project_id
+                   RETURNING t.id AS attempt_id, t.operation_id, t.number, t.fencing_token,
+                             t.lease_expires_at, o.spec, p.name AS project""",
+                {"agent": agent_id, "max": max_items, "lease": lease_seconds})
+            rows = await cur.fetchall()
+        for r in rows:
+            await record_event(conn, r["operation_id"], attempt_id=r["attempt_id"],
+                               actor=f"agent:{agent_id}", kind="claimed",
+                               reason=f"attempt {r['number']} claimed",
+                               data={"fencing_token": r["fencing_token"]})
+    for r in rows:
+        r["lease_seconds"] = lease_seconds
+    return rows
+
+
+async def _fenced_attempt(conn: AsyncConnection, attempt_id: str, token: int) -> dict[str, Any]:
+    """Lock the attempt and check the caller still owns it; raise StaleReport if not."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT t.*, o.state AS op_state, o.max_retries, a.name AS agent_name"
+            " FROM attempts t JOIN operations o ON o.id = t.operation_id"
+            " JOIN agents a ON a.id = t.agent_id WHERE t.id = %s::uuid FOR UPDATE OF t, o",
+            (attempt_id,))
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"attempt {attempt_id} not found")
+    if row["fencing_token"] != token:
+        raise StaleReport(
+            f"fencing token {token} is stale for attempt {attempt_id} "
+            f"(current {row['fencing_token']})", str(row["operation_id"]))
+    if row["state"] not in ActiveAttemptStates:
+        raise StaleReport(
+            f"attempt {attempt_id} is {row['state']}: its lease was lost or it was ended; "
+            "the report is refused", str(row["operation_id"]))
+    return row
+
+
+async def record_stale(conn: AsyncConnection, exc: StaleReport, attempt_id: str,
+                       actor: str) -> None:
+    if exc.operation_id:
+        await record_event(conn, exc.operation_id, attempt_id=attempt_id, actor=actor,
+                           kind="stale_report_refused", reason=str(exc))
+
+
+async def attempt_heartbeat(conn: AsyncConnection, attempt_id: str, token: int,
+                            progress: dict[str, Any] | None, lease_seconds: float,
+                            ) -> dict[str, Any]:
+    async with conn.transaction():
+        try:
+            row = await _fenced_attempt(conn, attempt_id, token)
+        except StaleReport:
+            # a canceled attempt still owned by this token: tell the agent to stop cleanly
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute("SELECT state, fencing_token FROM attempts WHERE id = %s::uuid",
+                                  (attempt_id,))
+                r = await cur.fetchone()
+            if r and r["state"] == "canceled" and r["fencing_token"] == token:
+                return {"cancel": True, "lease_expires_at": None}
+            raise
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                """UPDATE attempts SET lease_expires_at = now() + make_interval(secs => %s),
+                       progress = coalesce(%s, progress),
+                       last_progress_at = CASE WHEN %s THEN now() ELSE last_progress_at END
+                   WHERE id = %s RETURNING lease_expires_at""",
+                (lease_seconds, Jsonb(progress) if progress else None, progress is not None,
+                 row["id"]))
+            new = await cur.fetchone()
+    assert new is not None
+    return {"cancel": False, "lease_expires_at": new["lease_expires_at"]}
+
+
+async def attempt_events(conn: AsyncConnection, attempt_id: str, token: int,
+                         events: list[dict[str, Any]], actor: str) -> int:
+    async with conn.transaction():
+        row = await _fenced_attempt(conn, attempt_id, token)
+        for ev in events:
+            await record_event(conn, row["operation_id"], attempt_id=row["id"], actor=actor,
+                               kind=ev["kind"], reason=ev.get("message", ""),
+                               data=ev.get("data") or {})
+        if any(ev["kind"] == "progress" for ev in events):
+            last = [ev for ev in events if ev["kind"] == "progress"][-1]
+            await conn.execute(
+                "UPDATE attempts SET last_progress_at = now(), progress = %s WHERE id = %s",
+                (Jsonb(last.get("data") or {}), row["id"]))
+    return len(events)
+
+
+async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], actor: str,
+                 *, retry_base: float = 1.0) -> dict[str, Any]:
+    """Apply an agent's report. Returns ``{"operation_state": ..., "attempt_state": ...}``."""
+    async with conn.transaction():
+        a = await _fenced_attempt(conn, attempt_id, rep["fencing_token"])
+        op_id = a["operation_id"]
+        state = rep["state"]
+        if state == "running":
+            if a["state"] != "running":
+                await conn.execute("UPDATE attempts SET state = 'running', started_at = now(),"
+                                   " last_progress_at = now() WHERE id = %s", (a["id"],))
+                await transition(conn, op_id, OpState.RUNNING, actor=actor, attempt_id=a["id"],
+                                 reason=rep.get("reason") or f"attempt {a['number']} running on "
+                                 f"{a['agent_name']}")
+            return {"operation_state": "running", "attempt_state": "running"}
+        if state == "succeeded":
+            if a["op_state"] == OpState.DISPATCHED:
+                await transition(conn, op_id, OpState.RUNNING, actor=actor, attempt_id=a["id"],
+                                 reason="running (implied by success report)")
+            await conn.execute(
+                "UPDATE attempts SET state = 'succeeded', finished_at = now(), result = %s,"
+                " started_at = coalesce(started_at, now()) WHERE id = %s",
+                (Jsonb(rep.get("result") or {}), a["id"]))
+            await conn.execute("UPDATE agents SET consecutive_failures = 0 WHERE id = %s",
+                               (a["agent_id"],))
+            row = await transition(conn, op_id, OpState.SUCCEEDED, actor=actor,
+                                   attempt_id=a["id"], reason=rep.get("reason") or "succeeded",
+                                   result=rep.get("result") or {})
+            if row is None:
+                raise Conflict(f"operation {op_id} cannot succeed from {a['op_state']}")
+            return {"operation_state": "succeeded", "attempt_state": "succeeded"}
+        # failed
+        error = rep.get("error") or {"kind": "transient", "message": rep.get("reason") or "failed"}
+        await conn.execute(
+            "UPDATE attempts SET state = 'failed', finished_at = now(), error = %s WHERE id = %s",
+            (Jsonb(error), a["id"]))
+        if error["kind"] == ErrorKind.TRANSIENT:
+            await note_agent_failure(conn, a["agent_id"], op_id, a["agent_name"], actor)
+        op_state = await fail_or_retry(conn, op_id, a, error, actor=actor, retry_base=retry_base)
+        return {"operation_state": op_state, "attempt_state": "failed"}
+
+
+async def fail_or_retry(conn: AsyncConnection, op_id: Any, attempt: dict[str, Any],
+                        error: dict[str, Any], *, actor: str, retry_base: float = 1.0) -> str:
+    """After an attempt ended badly: retrying with backoff, or failed keeping the first error."""
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "SELECT count(*) FROM attempts WHERE operation_id = %s AND claimed_at IS NOT NULL"
+            " AND state IN ('failed', 'lost')", (op_id,))
+        made = (await cur.fetchone())[0]  # type: ignore[index]
+        await cur.execute("SELECT first_error, max_retries FROM operations WHERE id = %s",
+                          (op_id,))
+        first_error, max_retries = await cur.fetchone()  # type: ignore[misc]
+    first = first_error or error
+    decision = decide_retry(error_kind=error["kind"], attempts_made=max(made, 1),
+                            max_retries=max_retries, base=retry_base)
+    if decision.retry:
+        row = await transition(
+            conn, op_id, OpState.RETRYING, actor=actor, attempt_id=attempt["id"],
+            reason=f"{decision.reason} in {decision.delay_seconds:.1f}s after: {error['message']}",
+            next_eligible_at=_in_seconds(decision.delay_seconds), pending_reason="backoff",
+            last_error=error, first_error=first, current_attempt_id=None)
+        if row is not None:
+            return "retrying"
+    reason = f"{decision.reason}; original error: {first['message']}"
+    row = await transition(conn, op_id, OpState.FAILED, actor=actor, attempt_id=attempt["id"],
+                           reason=reason, last_error=error, first_error=first)
+    return "failed" if row is not None else "unchanged"
+
+
+def _in_seconds(seconds: float) -> Any:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+
+
+async def note_agent_failure(conn: AsyncConnection, agent_id: Any, op_id: Any, agent_name: str,
+                             actor: str) -> None:
+    async with conn.cursor() as cur:
+        await cur.execute(
+            """UPDATE agents SET consecutive_failures = consecutive_failures + 1,
+                   breaker_open_until = CASE WHEN consecutive_failures + 1 >= %s
+                       THEN now() + %s ELSE breaker_open_until END
+               WHERE id = %s RETURNING consecutive_failures""",
+            (BREAKER_THRESHOLD, BREAKER_COOLDOWN, agent_id))
+        row = await cur.fetchone()
+    if row and row[0] >= BREAKER_THRESHOLD:
+        await record_event(conn, op_id, actor=actor, kind="circuit_opened",
+                           reason=f"agent {agent_name} had {row[0]} consecutive failures; no new "
+                           f"work for {int(BREAKER_COOLDOWN.total_seconds())}s",
+                           data={"agent": agent_name})
+
+
+async def list_agents(conn: AsyncConnection, alive_seconds: float) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT a.*, a.last_heartbeat_at > now() - make_interval(secs => %s) AS alive,
+                      CASE WHEN a.breaker_override IS NOT NULL THEN a.breaker_override = 'open'
+                           ELSE coalesce(a.breaker_open_until > now(), false) END AS breaker_open
+               FROM agents a ORDER BY a.name""", (alive_seconds,))
+        return await cur.fetchall()
+
+
+async def set_breaker(conn: AsyncConnection, name: str, state: str) -> None:
+    cur = await conn.execute(
+        "UPDATE agents SET breaker_override = %s,"
+        " consecutive_failures = CASE WHEN %s = 'closed' THEN 0 ELSE consecutive_failures END,"
+        " breaker_open_until = CASE WHEN %s = 'closed' THEN NULL ELSE breaker_open_until END"
+        " WHERE name = %s", (state, state, state, name))
+    if cur.rowcount == 0:
+        raise NotFound(f"agent {name} not found")
+    await conn.execute("SELECT pg_notify(%s, 'breaker')", (NOTIFY_CHANNEL,))

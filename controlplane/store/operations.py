@@ -1,0 +1,194 @@
+"""User-facing operation queries: submit (commit before acknowledge), read, list, cancel,
+side effects, operator route override."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from controlplane.states import TERMINAL, ActiveAttemptStates, OpState
+from controlplane.store import Conflict, InvalidReference, NotFound
+from controlplane.store.transitions import record_event, transition
+
+NOTIFY_CHANNEL = "controlplane_work"
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    operation: dict[str, Any]
+    created: bool
+
+
+def payload_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+_SUBMIT = """
+WITH ins AS (
+    INSERT INTO operations (project_id, idempotency_key, payload_hash, name, queue, priority, spec,
+                            state, state_reason, max_retries, timeout_seconds)
+    VALUES (%(project_id)s, %(key)s, %(hash)s, %(name)s, %(queue)s, %(priority)s, %(spec)s,
+            'accepted', 'submission committed', %(max_retries)s, %(timeout)s)
+    ON CONFLICT (project_id, idempotency_key) DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO events (operation_id, actor, kind, to_state, reason, data)
+    SELECT id, %(actor)s, 'transition', 'accepted', 'submission committed',
+           jsonb_build_object('idempotency_key', idempotency_key)
+    FROM ins
+), n AS (
+    SELECT pg_notify('controlplane_work', 'submitted') FROM ins
+)
+SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
+"""
+
+
+async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: dict[str, Any],
+                 actor: str) -> SubmitResult:
+    """Commit the operation (one statement = one transaction) before anyone acknowledges it."""
+    h = payload_hash(spec)
+    params = {
+        "project_id": project_id, "key": key, "hash": h, "name": spec["name"],
+        "queue": spec["queue"], "priority": spec["priority"], "spec": Jsonb(spec),
+        "max_retries": spec["max_retries"], "timeout": spec["timeout_seconds"], "actor": actor,
+    }
+    async with conn.cursor(row_factory=dict_row) as cur:
+        try:
+            await cur.execute(_SUBMIT, params)
+        except psycopg.errors.ForeignKeyViolation as exc:
+            raise InvalidReference(f"queue {spec['queue']!r} does not exist") from exc
+        row = await cur.fetchone()
+        if row is not None:
+            return SubmitResult(row, True)
+        await cur.execute(
+            "SELECT * FROM operations WHERE project_id = %s AND idempotency_key = %s",
+            (project_id, key))
+        existing = await cur.fetchone()
+    if existing is None:  # cannot happen: ON CONFLICT means the row exists and is committed
+        raise Conflict("idempotency key in use but operation not visible; retry")
+    if existing["payload_hash"] != h:
+        raise Conflict(
+            f"Idempotency-Key {key!r} was already used for a different payload (operation "
+            f"{existing['id']}); use a new key for a new operation")
+    return SubmitResult(existing, False)
+
+
+async def get(conn: AsyncConnection, op_id: str, project_id: str | None) -> dict[str, Any]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT * FROM operations WHERE id = %s AND (%s::uuid IS NULL OR project_id = %s)",
+            (_uuid(op_id), project_id, project_id))
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"operation {op_id} not found")
+    return row
+
+
+def encode_cursor(created_at: datetime, op_id: Any) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{op_id}".encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        ts, op_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(ts), uuid.UUID(op_id)
+    except Exception as exc:  # noqa: BLE001 - any malformed cursor is the same client error
+        raise InvalidReference("cursor is malformed; pass next_cursor from a previous page") from exc
+
+
+async def list_ops(conn: AsyncConnection, *, project_id: str | None, state: str | None,
+                   queue: str | None, limit: int, cursor: str | None,
+                   ) -> tuple[list[dict[str, Any]], str | None]:
+    after = decode_cursor(cursor) if cursor else None
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT * FROM operations
+               WHERE (%(project)s::uuid IS NULL OR project_id = %(project)s)
+                 AND (%(state)s::text IS NULL OR state = %(state)s)
+                 AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+                 AND (%(after_ts)s::timestamptz IS NULL OR (created_at, id) > (%(after_ts)s, %(after_id)s))
+               ORDER BY created_at, id LIMIT %(limit)s""",
+            {"project": project_id, "state": state, "queue": queue, "limit": limit + 1,
+             "after_ts": after[0] if after else None, "after_id": after[1] if after else None})
+        rows = await cur.fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
+    return rows, next_cursor
+
+
+async def events(conn: AsyncConnection, op_id: str) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT * FROM events WHERE operation_id = %s ORDER BY id", (op_id,))
+        return await cur.fetchall()
+
+
+async def attempts(conn: AsyncConnection, op_id: str) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT t.*, a.name AS agent_name FROM attempts t JOIN agents a ON a.id = t.agent_id"
+            " WHERE t.operation_id = %s ORDER BY t.number", (op_id,))
+        return await cur.fetchall()
+
+
+async def cancel(conn: AsyncConnection, op_id: str, project_id: str | None, *, actor: str,
+                 reason: str) -> dict[str, Any]:
+    async with conn.transaction():
+        op = await get(conn, op_id, project_id)
+        if OpState(op["state"]) in TERMINAL:
+            raise Conflict(f"operation {op_id} is already {op['state']}")
+        row = await transition(conn, op["id"], OpState.CANCELED, actor=actor, reason=reason)
+        if row is None:
+            raise Conflict(f"operation {op_id} changed state concurrently; retry")
+        await conn.execute(
+            "UPDATE attempts SET state = 'canceled', finished_at = now()"
+            " WHERE operation_id = %s AND state = ANY(%s)", (op["id"], ActiveAttemptStates))
+        await conn.execute("SELECT pg_notify(%s, 'canceled')", (NOTIFY_CHANNEL,))
+    return row
+
+
+async def side_effect(conn: AsyncConnection, op_id: str, project_id: str | None, *,
+                      action_id: str, kind: str, payload: dict[str, Any], actor: str,
+                      ) -> tuple[dict[str, Any], bool]:
+    """Record an external action once. A retry with the same action id gets the same receipt."""
+    op = await get(conn, op_id, project_id)
+    receipt = {"receipt_id": str(uuid.uuid4()), "action_id": action_id, "kind": kind,
+               "operation_id": str(op["id"])}
+    async with conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "INSERT INTO side_effects (operation_id, action_id, kind, payload, receipt)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING *",
+                (op["id"], action_id, kind, Jsonb(payload), Jsonb(receipt)))
+            row = await cur.fetchone()
+            if row is not None:
+                await record_event(conn, op["id"], actor=actor, kind="side_effect",
+                                   reason=f"{kind} recorded", data=receipt)
+                return row, True
+            await cur.execute(
+                "SELECT * FROM side_effects WHERE operation_id = %s AND action_id = %s",
+                (op["id"], action_id))
+            existing = await cur.fetchone()
+    assert existing is not None
+    if existing["kind"] != kind or existing["payload"] != payload:
+        raise Conflict(f"action_id {action_id!r} was already recorded with a different "
+                       "kind or payload")
+    return existing, False
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError as exc:
+        raise NotFound(f"operation {value} not found") from exc

@@ -1,0 +1,307 @@
+"""The reconciler's passes: admit and route waiting work, expire leases, wake retries,
+enforce timeouts, and read the gauges. Each pass is one transaction and safe to run from two
+reconcilers at once (row locks with SKIP LOCKED, guarded transitions, one advisory lock for
+routing so capacity is never double-booked)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from controlplane import routing
+from controlplane.routing import Destination, Outcome, Requirement
+from controlplane.states import ActiveAttemptStates, OpState
+from controlplane.store import Conflict, NotFound
+from controlplane.store.agents import fail_or_retry, note_agent_failure
+from controlplane.store.operations import NOTIFY_CHANNEL, get
+from controlplane.store.transitions import record_event, transition
+
+SCHEDULER_LOCK = 7_301_002
+ACTOR = "reconciler"
+
+
+@dataclass
+class PassStats:
+    dispatched: list[float] = field(default_factory=list)  # queue wait (s) of each dispatch
+    blocked: int = 0
+    waiting: int = 0
+    expired: int = 0
+    retried: int = 0
+    rerouted: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    requeued: int = 0
+
+
+def requirement(spec: dict[str, Any]) -> Requirement:
+    res = spec.get("resources") or {}
+    acc = res.get("accelerator") or None
+    pl = spec.get("placement") or {}
+    return Requirement(
+        cpu=int(res.get("cpu", 1)),
+        accelerator_type=acc["type"] if acc else None,
+        accelerator_count=int(acc["count"]) if acc else 0,
+        regions=tuple(pl["regions"]) if pl.get("regions") else None,
+        dataset=pl.get("dataset"),
+        registry=routing.image_registry(spec["workload"]["image"]),
+    )
+
+
+async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str, Destination]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT a.*, a.last_heartbeat_at > now() - make_interval(secs => %(alive)s) AS alive,
+                      CASE WHEN a.breaker_override IS NOT NULL THEN a.breaker_override = 'open'
+                           ELSE coalesce(a.breaker_open_until > now(), false) END AS breaker_open,
+                      coalesce(u.cpu, 0) AS used_cpu, coalesce(u.acc, 0) AS used_acc,
+                      coalesce(u.waiting, 0) AS waiting
+               FROM agents a LEFT JOIN (
+                   SELECT t.agent_id,
+                          sum(coalesce((o.spec->'resources'->>'cpu')::int, 1)) AS cpu,
+                          sum(coalesce((o.spec->'resources'->'accelerator'->>'count')::int, 0)) AS acc,
+                          count(*) FILTER (WHERE t.state = 'dispatched') AS waiting
+                   FROM attempts t JOIN operations o ON o.id = t.operation_id
+                   WHERE t.state = ANY(%(active)s) GROUP BY t.agent_id) u ON u.agent_id = a.id""",
+            {"alive": alive_seconds, "active": ActiveAttemptStates})
+        rows = await cur.fetchall()
+    return {
+        r["name"]: Destination(
+            agent_id=str(r["id"]), name=r["name"], pool=r["pool"], zone=r["zone"],
+            region=r["region"], cpu_slots=r["cpu_slots"], accelerator_type=r["accelerator_type"],
+            accelerator_count=r["accelerator_count"], datasets=tuple(r["datasets"]),
+            registries=tuple(r["registries"]), alive=r["alive"], breaker_open=r["breaker_open"],
+            used_cpu=int(r["used_cpu"]), used_accelerators=int(r["used_acc"]),
+            waiting=int(r["waiting"]), recent_failures=r["consecutive_failures"])
+        for r in rows
+    }
+
+
+async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds: float,
+                   batch: int = 500) -> PassStats:
+    stats = PassStats()
+    async with conn.transaction():
+        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEDULER_LOCK,))
+        if not (await cur.fetchone())[0]:  # type: ignore[index]
+            return stats  # the other reconciler is routing right now
+        dests = await destinations(conn, alive_seconds)
+        async with conn.cursor(row_factory=dict_row) as c:
+            await c.execute("SELECT name, concurrency FROM queues")
+            limits = {r["name"]: r["concurrency"] for r in await c.fetchall()}
+            await c.execute("SELECT queue, count(*) AS n FROM operations"
+                            " WHERE state IN ('dispatched', 'running') GROUP BY queue")
+            active = {r["queue"]: r["n"] for r in await c.fetchall()}
+            await c.execute(
+                """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
+                   FROM operations o JOIN queues q ON q.name = o.queue
+                   WHERE o.state IN ('accepted', 'queued', 'blocked')
+                   ORDER BY q.priority DESC, o.priority DESC, o.created_at
+                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
+            ops = await c.fetchall()
+        for op in ops:
+            await _place(conn, op, dests, limits, active, stats, lease_seconds)
+    return stats
+
+
+async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Destination],
+                 limits: dict[str, int], active: dict[str, int], stats: PassStats,
+                 lease_seconds: float) -> None:
+    state = OpState(op["state"])
+    queue = op["queue"]
+    if active.get(queue, 0) >= limits.get(queue, 1):
+        await _wait(conn, op, "queue_concurrency",
+                    f"queue {queue} is at its concurrency limit ({limits.get(queue)})")
+        stats.waiting += 1
+        return
+    decision = routing.route(requirement(op["spec"]), list(dests.values()),
+                             pinned=op["pinned_agent"])
+    if decision.outcome is Outcome.BLOCKED:
+        stats.blocked += 1
+        if state is not OpState.BLOCKED:
+            await transition(conn, op["id"], OpState.BLOCKED, actor=ACTOR, reason=decision.reason,
+                             pending_reason=decision.pending_reason.value,  # type: ignore[union-attr]
+                             data={"rejected": decision.rejected})
+        elif op["state_reason"] != decision.reason:
+            await conn.execute(
+                "UPDATE operations SET state_reason = %s, pending_reason = %s WHERE id = %s",
+                (decision.reason, decision.pending_reason.value, op["id"]))  # type: ignore[union-attr]
+        return
+    if decision.outcome is Outcome.WAIT:
+        stats.waiting += 1
+        await _wait(conn, op, decision.pending_reason.value, decision.reason)  # type: ignore[union-attr]
+        return
+    dest = decision.destination
+    assert dest is not None
+    if state is not OpState.QUEUED:
+        await transition(conn, op["id"], OpState.QUEUED, actor=ACTOR,
+                         reason="admitted: eligible destination available")
+    number = op["attempt_count"] + 1
+    async with conn.cursor() as cur:
+        await cur.execute(
+            """INSERT INTO attempts (operation_id, number, agent_id, state, lease_expires_at)
+               VALUES (%s, %s, %s, 'dispatched', now() + make_interval(secs => %s))
+               RETURNING id""", (op["id"], number, dest.agent_id, lease_seconds))
+        attempt_id = (await cur.fetchone())[0]  # type: ignore[index]
+    await transition(conn, op["id"], OpState.DISPATCHED, actor=ACTOR, attempt_id=attempt_id,
+                     reason=decision.reason, current_attempt_id=attempt_id,
+                     attempt_count=number,
+                     data={"agent": dest.name, "pool": dest.pool, "zone": dest.zone,
+                           "region": dest.region, "rejected": decision.rejected})
+    dests[dest.name] = _book(dest, requirement(op["spec"]))
+    active[queue] = active.get(queue, 0) + 1
+    stats.dispatched.append(float(op["waited"]))
+
+
+def _book(dest: Destination, req: Requirement) -> Destination:
+    from dataclasses import replace
+
+    return replace(dest, used_cpu=dest.used_cpu + req.cpu,
+                   used_accelerators=dest.used_accelerators + req.accelerator_count,
+                   waiting=dest.waiting + 1)
+
+
+async def _wait(conn: AsyncConnection, op: dict[str, Any], pending: str, reason: str) -> None:
+    if op["state"] != OpState.QUEUED:
+        await transition(conn, op["id"], OpState.QUEUED, actor=ACTOR, reason=reason,
+                         pending_reason=pending)
+    elif op["pending_reason"] != pending or op["state_reason"] != reason:
+        await conn.execute(
+            "UPDATE operations SET pending_reason = %s, state_reason = %s WHERE id = %s",
+            (pending, reason, op["id"]))
+
+
+async def expire_leases(conn: AsyncConnection, *, retry_base: float = 1.0,
+                        batch: int = 100) -> PassStats:
+    """Attempts whose lease ran out: never claimed -> reroute; claimed -> retry or fail."""
+    stats = PassStats()
+    async with conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                """SELECT t.*, a.name AS agent_name, a.last_heartbeat_at
+                   FROM attempts t JOIN operations o ON o.id = t.operation_id
+                   JOIN agents a ON a.id = t.agent_id
+                   WHERE t.state = ANY(%s) AND t.lease_expires_at < now()
+                   ORDER BY t.lease_expires_at LIMIT %s FOR UPDATE OF t, o SKIP LOCKED""",
+                (ActiveAttemptStates, batch))
+            expired = await cur.fetchall()
+        for t in expired:
+            stats.expired += 1
+            msg = (f"lease of attempt {t['number']} expired on agent {t['agent_name']} "
+                   f"(last agent heartbeat {t['last_heartbeat_at'].isoformat()})")
+            error = {"kind": "transient", "message": msg}
+            from psycopg.types.json import Jsonb
+
+            await conn.execute(
+                "UPDATE attempts SET state = 'lost', finished_at = now(), error = %s"
+                " WHERE id = %s", (Jsonb(error), t["id"]))
+            await record_event(conn, t["operation_id"], attempt_id=t["id"], actor=ACTOR,
+                               kind="lease_expired", reason=msg,
+                               data={"agent": t["agent_name"], "fencing_token": t["fencing_token"]})
+            await note_agent_failure(conn, t["agent_id"], t["operation_id"], t["agent_name"], ACTOR)
+            if t["claimed_at"] is None:
+                row = await transition(
+                    conn, t["operation_id"], OpState.QUEUED, actor=ACTOR, attempt_id=t["id"],
+                    kind="reroute", reason=f"reroute: agent {t['agent_name']} did not claim "
+                    f"attempt {t['number']} before its lease expired", current_attempt_id=None)
+                stats.rerouted += row is not None
+                continue
+            outcome = await fail_or_retry(conn, t["operation_id"], t, error, actor=ACTOR,
+                                          retry_base=retry_base)
+            stats.retried += outcome == "retrying"
+            stats.failed += outcome == "failed"
+    return stats
+
+
+async def wake_retries(conn: AsyncConnection, batch: int = 200) -> int:
+    n = 0
+    async with conn.transaction():
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT id FROM operations WHERE state = 'retrying' AND next_eligible_at <= now()"
+                " ORDER BY next_eligible_at LIMIT %s FOR UPDATE SKIP LOCKED", (batch,))
+            ids = [r[0] for r in await cur.fetchall()]
+        for op_id in ids:
+            row = await transition(conn, op_id, OpState.QUEUED, actor=ACTOR,
+                                   reason="backoff elapsed: queued for a new attempt",
+                                   waiting_since=_now(), next_eligible_at=None)
+            n += row is not None
+    return n
+
+
+async def enforce_timeouts(conn: AsyncConnection, batch: int = 100) -> int:
+    n = 0
+    async with conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                """SELECT t.id, t.operation_id, o.timeout_seconds FROM attempts t
+                   JOIN operations o ON o.id = t.operation_id
+                   WHERE t.state = 'running'
+                     AND t.started_at + make_interval(secs => o.timeout_seconds) < now()
+                   LIMIT %s FOR UPDATE OF t, o SKIP LOCKED""", (batch,))
+            rows = await cur.fetchall()
+        from psycopg.types.json import Jsonb
+
+        for r in rows:
+            error = {"kind": "deterministic",
+                     "message": f"timeout: running longer than {r['timeout_seconds']}s"}
+            await conn.execute("UPDATE attempts SET state = 'failed', finished_at = now(),"
+                               " error = %s WHERE id = %s", (Jsonb(error), r["id"]))
+            row = await transition(conn, r["operation_id"], OpState.FAILED, actor=ACTOR,
+                                   attempt_id=r["id"], reason=error["message"],
+                                   last_error=error, first_error=error)
+            n += row is not None
+    return n
+
+
+async def pin_route(conn: AsyncConnection, op_id: str, agent: str, *, actor: str,
+                    alive_seconds: float) -> dict[str, Any]:
+    """Operator override: pin an operation to one agent. Hard eligibility still applies."""
+    async with conn.transaction():
+        op = await get(conn, op_id, None)
+        dests = await destinations(conn, alive_seconds)
+        if agent not in dests:
+            raise NotFound(f"agent {agent} not found")
+        why = routing.ineligibility(requirement(op["spec"]), dests[agent])
+        if why is not None:
+            raise Conflict(f"agent {agent} is not eligible for operation {op_id}: {why}")
+        if op["state"] not in (OpState.ACCEPTED, OpState.QUEUED, OpState.BLOCKED,
+                               OpState.RETRYING):
+            raise Conflict(f"operation {op_id} is {op['state']}; only waiting work can be routed")
+        await conn.execute("UPDATE operations SET pinned_agent = %s, updated_at = now()"
+                           " WHERE id = %s", (agent, op["id"]))
+        await record_event(conn, op["id"], actor=actor, kind="route_override",
+                           reason=f"operator pinned to {agent}", data={"agent": agent})
+        await conn.execute("SELECT pg_notify(%s, 'route')", (NOTIFY_CHANNEL,))
+    return await get(conn, op_id, None)
+
+
+async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[str, Any]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT state, count(*) AS n FROM operations GROUP BY state")
+        states = {r["state"]: r["n"] for r in await cur.fetchall()}
+        await cur.execute(
+            """SELECT q.name AS queue,
+                      coalesce(extract(epoch FROM now() - min(o.waiting_since)), 0) AS age
+               FROM queues q LEFT JOIN operations o
+                 ON o.queue = q.name AND o.state IN ('accepted', 'queued', 'blocked')
+               GROUP BY q.name""")
+        ages = {r["queue"]: float(r["age"]) for r in await cur.fetchall()}
+        await cur.execute(
+            "SELECT queue, coalesce(pending_reason, 'none') AS reason, count(*) AS n"
+            " FROM operations WHERE state IN ('accepted', 'queued', 'blocked', 'retrying')"
+            " GROUP BY queue, pending_reason")
+        pending = [(r["queue"], r["reason"], r["n"]) for r in await cur.fetchall()]
+        await cur.execute(
+            "SELECT count(*) AS n FROM attempts WHERE state = 'running'"
+            " AND coalesce(last_progress_at, started_at) < now() - make_interval(secs => %s)",
+            (progress_stale_seconds,))
+        stale = (await cur.fetchone())["n"]  # type: ignore[index]
+    return {"states": states, "queue_age": ages, "pending": pending, "progress_stale": stale}
+
+
+def _now() -> Any:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)

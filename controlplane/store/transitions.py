@@ -1,0 +1,77 @@
+"""The one way an operation changes state: a guarded UPDATE plus its event, in one statement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from controlplane.states import OpState, sources_of
+
+# Columns a transition may set besides state/state_reason (kept explicit: no SQL from input).
+SETTABLE = frozenset({
+    "pending_reason", "current_attempt_id", "next_eligible_at", "waiting_since", "last_error",
+    "first_error", "result", "attempt_count", "pinned_agent",
+})
+
+
+async def transition(
+    conn: AsyncConnection, op_id: Any, dst: OpState, *, actor: str, reason: str,
+    attempt_id: Any = None, data: dict[str, Any] | None = None, kind: str = "transition",
+    **sets: Any,
+) -> dict[str, Any] | None:
+    """Move ``op_id`` to ``dst`` if the state machine allows it from its current state.
+
+    Returns the updated row (with ``from_state``), or None when the move is illegal from the
+    current state (or the operation does not exist). The guard is in the UPDATE, so concurrent
+    writers (two reconcilers, an agent and a cancel) cannot both win.
+    """
+    unknown = set(sets) - SETTABLE
+    if unknown:
+        raise ValueError(f"not settable in a transition: {sorted(unknown)}")
+    assignments = [sql.SQL("state = %(dst)s"), sql.SQL("state_reason = %(reason)s"),
+                   sql.SQL("updated_at = now()")]
+    params: dict[str, Any] = {
+        "dst": dst.value, "reason": reason, "id": op_id, "src": sources_of(dst),
+        "actor": actor, "attempt_id": attempt_id, "kind": kind,
+        "data": Jsonb(data) if data is not None else None,
+    }
+    for col, value in sets.items():
+        if isinstance(value, dict):
+            value = Jsonb(value)
+        assignments.append(sql.SQL("{} = {}").format(sql.Identifier(col), sql.Placeholder(col)))
+        params[col] = value
+    if dst in (OpState.QUEUED, OpState.SUCCEEDED, OpState.FAILED, OpState.CANCELED,
+               OpState.RUNNING, OpState.DISPATCHED) and "pending_reason" not in sets:
+        assignments.append(sql.SQL("pending_reason = NULL"))
+    query = sql.SQL("""
+        WITH t AS (
+            UPDATE operations o SET {assignments}
+            FROM operations prev
+            WHERE o.id = prev.id AND o.id = %(id)s AND o.state = ANY(%(src)s)
+            RETURNING prev.state AS from_state, o.*
+        ), e AS (
+            INSERT INTO events (operation_id, attempt_id, actor, kind, from_state, to_state,
+                                reason, data)
+            SELECT id, %(attempt_id)s, %(actor)s, %(kind)s, from_state, %(dst)s, %(reason)s,
+                   %(data)s
+            FROM t
+        )
+        SELECT * FROM t
+    """).format(assignments=sql.SQL(", ").join(assignments))
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
+
+
+async def record_event(
+    conn: AsyncConnection, op_id: Any, *, actor: str, kind: str, reason: str = "",
+    attempt_id: Any = None, data: dict[str, Any] | None = None,
+) -> None:
+    await conn.execute(
+        "INSERT INTO events (operation_id, attempt_id, actor, kind, reason, data)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (op_id, attempt_id, actor, kind, reason, Jsonb(data) if data is not None else None),
+    )

@@ -1,0 +1,1 @@
+"""The sample training workload (``python -m controlplane.workload``)."""

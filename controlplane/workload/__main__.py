@@ -1,0 +1,84 @@
+"""``python -m controlplane.workload``: the sample training job.
+
+Exit codes: 0 success (artifacts and COMPLETE.json written), 2 invalid parameters
+(deterministic: retrying cannot help), 1 anything else (transient).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Die with the agent that started us, like a workload on a lost node.
+
+    PR_SET_PDEATHSIG is Linux-only; it is set here (not via preexec_fn, unsafe with threads)
+    and followed by a parent check to close the race where the agent died before the prctl.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(EXIT_FAILED)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m controlplane.workload", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--operation-id", required=True)
+    p.add_argument("--attempt", type=int, required=True, help="attempt number (1-based)")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--checkpoint-every", type=int, default=20)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--learning-rate", type=float, default=0.01)
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (seconds)")
+    p.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT_URL"))
+    p.add_argument("--bucket", default=os.environ.get("ARTIFACT_BUCKET", "ml-artifacts"))
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="exit when this process (the agent) dies")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+
+    # Imported after the parent check: numpy/boto3 take ~0.5 s to import.
+    from controlplane import storage
+    from controlplane.workload.events import emit
+    from controlplane.workload.model import TrainConfig
+    from controlplane.workload.run import RunContext, train
+
+    config = TrainConfig(steps=args.steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
+                         batch_size=args.batch_size, learning_rate=args.learning_rate)
+    try:
+        config.validate()
+    except ValueError as exc:
+        emit("start_failed", str(exc), kind="deterministic")
+        return EXIT_INVALID
+    store = storage.ObjectStore.from_config(
+        storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)
+    )
+    ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay)
+    try:
+        store.ensure_bucket()
+        train(ctx, config)
+    except ValueError as exc:  # e.g. a checkpoint from a different configuration
+        emit("log", f"invalid input: {exc}")
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

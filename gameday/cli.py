@@ -1,0 +1,56 @@
+"""`gameday`: the one CLI entry point.
+
+Subcommands live next to the code they drive (``controlplane/cli.py``, ``infra/local/cli.py``,
+``slo/cli.py`` ...) and are imported lazily, so ``gameday --help`` stays fast and a heavy
+import (Pulumi, boto3) is paid only by the subcommand that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> (module, attribute, one-line help shown in `gameday --help`)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "controlplane": ("controlplane.cli", "group", "Run the reference ML control plane's processes."),
+    "env": ("infra.local.cli", "env_group", "Bring the local environment up/down, status, logs."),
+    "fault": ("infra.local.cli", "fault_group", "Inject and revert faults in the local environment."),
+    "evaluate": ("slo.cli", "evaluate_cmd", "Recompute SLIs and the gate verdict from a run directory."),
+    "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
+    "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module_name, attr, _ = SUBCOMMANDS[cmd_name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                raise click.ClickException(
+                    f"subcommand {cmd_name!r} is not available: module {module_name} is missing"
+                ) from exc
+            raise
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mlplatform-gameday")
+def main() -> None:
+    """Reliability harness for self-hosted ML platforms: provision, attack, measure, gate."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources that make up the platform (one module per concern)."""

@@ -1,0 +1,321 @@
+"""Typed, validated stack configuration for the Pulumi program.
+
+Everything a stack file (``Pulumi.<stack>.yaml``) may say is declared here as pydantic
+models with ``extra="forbid"``: an unknown or misspelled key fails *before* any resource is
+declared, with the stack file, the dotted key path and the reason in one message.
+Config keys are camelCase (Pulumi's convention); Python attributes are snake_case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+PROJECT = "mlplatform"
+
+# Keys of the form "<project>:<key>" that this program reads; anything else under the
+# project namespace is a typo or a stale key and is refused.
+TOP_LEVEL_KEYS = (
+    "environment", "owner", "costCenter", "allowSpot", "network", "cluster", "nodePools",
+    "registry", "artifacts", "database", "controlPlane", "observability", "gameDay",
+)
+
+
+class ConfigError(pulumi.RunError):
+    """A stack config that is malformed or contradicts policy/objectives.
+
+    Subclasses ``pulumi.RunError`` so `pulumi up` prints only the message, not a traceback.
+    """
+
+
+class Environment(str, Enum):
+    DEV = "dev"
+    STAGING = "staging"
+    PROD = "prod"
+
+    @property
+    def protected(self) -> bool:
+        """Environments whose data must survive an accidental `pulumi destroy`."""
+        return self in (Environment.STAGING, Environment.PROD)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+InstanceType = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")]
+
+
+class NetworkConfig(_Model):
+    cidr: str = "10.0.0.0/16"
+    availability_zones: list[str] = Field(min_length=2, max_length=3)
+    # "perAz" survives the loss of one AZ's NAT; "single" is a cost trade-off for dev.
+    nat_gateways: Literal["single", "perAz"] = "perAz"
+    flow_log_retention_days: int = Field(default=30, ge=1, le=3653)
+
+    @model_validator(mode="after")
+    def _distinct_zones(self) -> NetworkConfig:
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            raise ValueError(f"availabilityZones must be distinct, got {self.availability_zones}")
+        return self
+
+
+class ClusterConfig(_Model):
+    # Pinned: the Kubernetes manifests are validated against this exact version's schema.
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")]
+    endpoint_public_access: bool = False
+    public_access_cidrs: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _public_needs_cidrs(self) -> ClusterConfig:
+        if self.endpoint_public_access and not self.public_access_cidrs:
+            raise ValueError("endpointPublicAccess needs publicAccessCidrs (never 0.0.0.0/0 by default)")
+        return self
+
+
+class CapacityType(str, Enum):
+    ON_DEMAND = "ON_DEMAND"
+    SPOT = "SPOT"
+
+
+class NodePoolConfig(_Model):
+    instance_types: list[InstanceType] = Field(min_length=1)
+    min_size: int = Field(ge=0)
+    max_size: int = Field(ge=1)
+    desired_size: int | None = Field(default=None, ge=0)
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    disk_size_gb: int = Field(default=50, ge=20, le=16384)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodePoolConfig:
+        if self.min_size > self.max_size:
+            raise ValueError(f"minSize {self.min_size} is greater than maxSize {self.max_size}")
+        desired = self.desired_size if self.desired_size is not None else self.min_size
+        if not self.min_size <= desired <= self.max_size:
+            raise ValueError(f"desiredSize {desired} is outside [minSize, maxSize]")
+        return self
+
+
+class GpuNodePoolConfig(NodePoolConfig):
+    # AL2 GPU AMIs are end-of-life; both remaining choices ship the NVIDIA driver.
+    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+    accelerator_type: DnsLabel
+    accelerators_per_node: int = Field(default=1, ge=1, le=16)
+    min_size: int = Field(default=0, ge=0, le=0)  # scale to zero: GPUs are paid by the hour
+
+    @property
+    def needs_device_plugin(self) -> bool:
+        """Bottlerocket NVIDIA variants run the device plugin themselves; AL2023 does not."""
+        return self.ami_type == "AL2023_x86_64_NVIDIA"
+
+
+class NodePoolsConfig(_Model):
+    system: NodePoolConfig
+    cpu: NodePoolConfig
+    gpu: GpuNodePoolConfig
+
+    @model_validator(mode="after")
+    def _system_on_demand(self) -> NodePoolsConfig:
+        if self.system.capacity_type is not CapacityType.ON_DEMAND:
+            raise ValueError("system.capacityType must be ON_DEMAND: the control plane never runs on spot")
+        if self.system.min_size < 2:
+            raise ValueError("system.minSize must be >= 2 so the control plane survives a node loss")
+        return self
+
+
+class RegistryConfig(_Model):
+    repositories: list[Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+)*$")]] = Field(
+        default_factory=lambda: ["controlplane", "workloads/trainer"], min_length=1
+    )
+    keep_tagged_images: int = Field(default=50, ge=1)
+    untagged_expiry_days: int = Field(default=7, ge=1)
+
+
+class ArtifactsConfig(_Model):
+    replica_region: str | None = None
+    noncurrent_version_expiry_days: int = Field(default=30, ge=1)
+    abort_incomplete_upload_days: int = Field(default=2, ge=1)
+
+
+class DatabaseConfig(_Model):
+    instance_class: Annotated[str, Field(pattern=r"^db\.[a-z0-9]+\.[a-z0-9]+$")]
+    engine_version: Annotated[str, Field(pattern=r"^1[5-7](\.\d+)?$")] = "16.4"
+    allocated_storage_gb: int = Field(default=50, ge=20)
+    max_allocated_storage_gb: int = Field(default=200, ge=20)
+    # None = derive from the db-primary-loss objective; an explicit value is checked against it.
+    multi_az: bool | None = None
+    backup_retention_days: int | None = Field(default=None, ge=0, le=35)
+    deletion_protection: bool | None = None
+
+    @model_validator(mode="after")
+    def _storage(self) -> DatabaseConfig:
+        if self.max_allocated_storage_gb < self.allocated_storage_gb:
+            raise ValueError("maxAllocatedStorageGb must be >= allocatedStorageGb")
+        return self
+
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class ImageConfig(_Model):
+    repository: Annotated[str, Field(min_length=1)]
+    tag: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    digest: str | None = Field(default=None, pattern=DIGEST_RE.pattern)
+
+    @model_validator(mode="after")
+    def _one_ref(self) -> ImageConfig:
+        if (self.tag is None) == (self.digest is None):
+            raise ValueError("set exactly one of tag or digest")
+        if self.tag == "latest":
+            raise ValueError("tag 'latest' is mutable; pin a version or a digest")
+        return self
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}" if self.digest else f"{self.repository}:{self.tag}"
+
+
+class ContainerResources(_Model):
+    cpu: Annotated[str, Field(pattern=r"^\d+(\.\d+)?m?$")] = "250m"
+    memory: Annotated[str, Field(pattern=r"^\d+(Ki|Mi|Gi)$")] = "512Mi"
+
+
+class DeploymentConfig(_Model):
+    replicas: int = Field(ge=1, le=50)
+    resources: ContainerResources = Field(default_factory=ContainerResources)
+
+
+class AgentConfig(_Model):
+    replicas: int = Field(default=1, ge=1, le=10)
+    cpu_slots: int = Field(default=4, ge=1)
+
+
+class WorkloadNamespaceConfig(_Model):
+    name: DnsLabel
+    cpu: Annotated[str, Field(pattern=r"^\d+$")] = "64"
+    memory: Annotated[str, Field(pattern=r"^\d+(Gi|Ti)$")] = "256Gi"
+    gpus: int = Field(default=8, ge=0)
+    max_jobs: int = Field(default=100, ge=1)
+
+
+class ControlPlaneConfig(_Model):
+    namespace: DnsLabel = "mlp-controlplane"
+    image: ImageConfig
+    api: DeploymentConfig
+    reconciler: DeploymentConfig
+    agents: dict[Literal["cpu", "gpu"], AgentConfig] = Field(
+        default_factory=lambda: {"cpu": AgentConfig(), "gpu": AgentConfig()}
+    )
+    workload_namespaces: list[WorkloadNamespaceConfig] = Field(
+        default_factory=lambda: [WorkloadNamespaceConfig(name="mlp-workloads")], min_length=1
+    )
+
+
+class ObservabilityConfig(_Model):
+    install_prometheus_stack: bool = True
+    alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+$")
+
+
+class GameDayConfig(_Model):
+    # Reserved for the scheduled game-day CronJob (a later issue); see infra/components/controlplane.py.
+    enabled: Literal[False] = False
+
+
+class StackConfig(_Model):
+    environment: Environment
+    owner: Annotated[str, Field(min_length=1)]
+    cost_center: Annotated[str, Field(min_length=1)]
+    allow_spot: bool = False
+    network: NetworkConfig
+    cluster: ClusterConfig
+    node_pools: NodePoolsConfig
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    database: DatabaseConfig
+    control_plane: ControlPlaneConfig
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    game_day: GameDayConfig = Field(default_factory=GameDayConfig)
+
+    @model_validator(mode="after")
+    def _environment_rules(self) -> StackConfig:
+        pools = {"cpu": self.node_pools.cpu, "gpu": self.node_pools.gpu}
+        spot = [name for name, p in pools.items() if p.capacity_type is CapacityType.SPOT]
+        if spot and not self.allow_spot:
+            raise ValueError(f"nodePools {spot} use SPOT but allowSpot is false for this environment")
+        if self.environment is Environment.PROD:
+            if len(self.network.availability_zones) != 3:
+                raise ValueError("prod needs 3 availabilityZones")
+            if self.network.nat_gateways != "perAz":
+                raise ValueError("prod needs natGateways: perAz")
+        if self.environment.protected and self.database.deletion_protection is False:
+            raise ValueError(f"database.deletionProtection cannot be false in {self.environment.value}")
+        return self
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        parts.append(f"[{item}]" if isinstance(item, int) else ("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        where = _loc(tuple(err["loc"]))
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "extra_forbidden":
+            reason = "unknown key (misspelled or not supported)"
+        lines.append(f"  {PROJECT}:{where or '<root>'}: {reason}")
+    return f"invalid stack config in {source}:\n" + "\n".join(lines)
+
+
+def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
+    """Validate a mapping of top-level keys (already JSON-decoded) into a StackConfig."""
+    unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"invalid stack config in {source}: unknown key(s) "
+            + ", ".join(f"{PROJECT}:{k}" for k in unknown)
+            + f"; allowed: {', '.join(TOP_LEVEL_KEYS)}"
+        )
+    try:
+        return StackConfig.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_stack_config() -> StackConfig:
+    """Read this project's namespace from the Pulumi config and validate it at the edge."""
+    # pulumi.Config cannot list keys; the runtime's config map can, and listing is the only
+    # way to refuse a misspelled top-level key instead of silently ignoring it.
+    prefix = f"{PROJECT}:"
+    raw: dict[str, Any] = {}
+    for key, value in pulumi.runtime.config.CONFIG.items():
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix):]
+        # Structured values arrive JSON-encoded; scalars stay strings (a cost center "1234"
+        # must not turn into an int).
+        if isinstance(value, str) and (value.lstrip()[:1] in ("{", "[") or value in ("true", "false")):
+            raw[name] = json.loads(value)
+        else:
+            raw[name] = value
+    return parse_stack_config(raw, source=f"Pulumi.{pulumi.get_stack()}.yaml")
+
+
+def aws_region() -> str:
+    region = pulumi.Config("aws").get("region")
+    if not region:
+        raise ConfigError("aws:region is not set in the stack config")
+    return region

@@ -1,0 +1,643 @@
+"""The local environment: bring the whole platform up on one machine, check it, tear it down.
+
+Usage from Python (tests, the chaos layer)::
+
+    from infra.local.env import LocalEnvironment
+
+    with LocalEnvironment.running("local") as env:       # up ... down
+        env.faults.kill("api-1")
+        env.faults.start("api-1")
+
+    env = LocalEnvironment.load("local")                  # attach to a running environment
+    env.faults.failover_db()
+
+State lives in ``<home>/.gameday/envs/<name>`` (``home`` = ``$GAMEDAY_HOME`` or the current
+directory): ``env.json`` (endpoints, tokens, component specs), ``faults.jsonl`` (fault
+timeline), ``logs/<component>.log``, ``run/<component>.json`` (pid records) and data dirs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from infra.local import procs
+from infra.local.components import (
+    APP_DB, APP_USER, PG_BIN, ComponentSpec, Group, app_dsn, build_components,
+    check_traversable_by_postgres, superuser_dsn,
+)
+from infra.local.errors import AlreadyRunning, ComponentUnhealthy, EnvError, NotRunning, UnknownTarget
+from infra.local.supervisor import SupervisorClient, SupervisorError
+from infra.local.topology import (
+    BUCKET, DEFAULT_AGENTS, DEFAULT_QUEUES, IMAGE_REPOSITORY, IMAGE_TAG, AgentSpec, Secrets,
+    allocate_ports, port_names,
+)
+
+Reporter = Callable[[str], None]
+CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("GAMEDAY_HOME") or os.getcwd())
+
+
+def state_dir_for(name: str, home: Path | None = None) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise EnvError(f"environment name {name!r} is invalid: use letters, digits, '-' or '_'")
+    return (home or default_home()).resolve() / ".gameday" / "envs" / name
+
+
+def controlplane_commands() -> set[str]:
+    """Which `gameday controlplane` subcommands exist in this checkout."""
+    try:
+        module = importlib.import_module("controlplane.cli")
+    except ImportError:
+        return set()
+    group = getattr(module, "group", None)
+    return set(getattr(group, "commands", {}) or {})
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        data = path.read_bytes()[-16384:]
+    except FileNotFoundError:
+        return "(no log file)"
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+class LocalEnvironment:
+    """Composition root of one local environment (one state directory)."""
+
+    def __init__(self, name: str = "local", home: Path | None = None,
+                 agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS) -> None:
+        self.name = name
+        self.state_dir = state_dir_for(name, home)
+        self.agents = agents
+        self.info: dict[str, Any] = {}
+        self.components: dict[str, ComponentSpec] = {}
+        self._faults: Any = None
+        if self.env_file.exists():
+            self._read_info()
+
+    # -- files ------------------------------------------------------------------------------
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env.json"
+
+    @property
+    def timeline_file(self) -> Path:
+        return self.state_dir / "faults.jsonl"
+
+    def log_file(self, component: str) -> Path:
+        return self.state_dir / "logs" / f"{component}.log"
+
+    def _pid_file(self, component: str) -> Path:
+        return self.state_dir / "run" / f"{component}.json"
+
+    def _read_info(self) -> None:
+        self.info = json.loads(self.env_file.read_text())
+        self.components = {n: ComponentSpec.from_json(c) for n, c in self.info["components"].items()}
+        self.agents = tuple(AgentSpec(**{k: (tuple(v) if k == "datasets" else v)
+                                         for k, v in a.items() if k != "accelerator_type"})
+                            for a in self.info.get("agents", []))
+
+    def _write_info(self) -> None:
+        self.info["components"] = {n: c.to_json() for n, c in self.components.items()}
+        tmp = self.env_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.info, indent=2))
+        os.chmod(tmp, 0o600)
+        tmp.replace(self.env_file)
+
+    @classmethod
+    def load(cls, name: str = "local", home: Path | None = None) -> LocalEnvironment:
+        env = cls(name, home)
+        if not env.info:
+            raise NotRunning(f"environment {name!r} has no state at {env.state_dir}: "
+                             "run `gameday env up` first")
+        return env
+
+    @classmethod
+    @contextmanager
+    def running(cls, name: str = "local", home: Path | None = None, *, purge: bool = False,
+                reporter: Reporter | None = None, **kwargs: Any) -> Iterator[LocalEnvironment]:
+        """Bring an environment up for the duration of a ``with`` block, then down."""
+        env = cls(name, home, **kwargs)
+        env.up(reporter=reporter)
+        try:
+            yield env
+        finally:
+            env.down(purge=purge)
+
+    @property
+    def faults(self) -> Any:
+        from infra.local.faults import FaultInjector
+
+        if self._faults is None:
+            self._faults = FaultInjector(self)
+        return self._faults
+
+    # -- endpoints --------------------------------------------------------------------------
+    @property
+    def endpoints(self) -> dict[str, Any]:
+        return self.info.get("endpoints", {})
+
+    @property
+    def tokens(self) -> dict[str, Any]:
+        return self.info.get("tokens", {})
+
+    @property
+    def supervisor(self) -> SupervisorClient:
+        return SupervisorClient(self.state_dir)
+
+    # -- process records --------------------------------------------------------------------
+    def pid_record(self, component: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._pid_file(component).read_text())
+        except FileNotFoundError:
+            return None
+
+    def main_pid(self, component: str) -> int | None:
+        record = self.pid_record(component)
+        if record and procs.is_alive(record["pid"], record.get("start_ticks")):
+            return int(record["pid"])
+        return None
+
+    def postmaster_pid(self, component: str) -> int | None:
+        """The postmaster of a Patroni member (it runs outside Patroni's process tree)."""
+        spec = self.components[component]
+        try:
+            first = (Path(spec.labels["data_dir"]) / "postmaster.pid").read_text().split("\n", 1)[0]
+            pid = int(first)
+        except (FileNotFoundError, PermissionError, ValueError, KeyError):
+            return None
+        info = procs.read_stat(pid)
+        if info is None or not procs.is_alive(pid) or "postgres" not in info.comm:
+            return None
+        return pid
+
+    def component_pids(self, component: str, *, postgres_only: bool = False) -> list[int]:
+        """Every live process of a component: main pid, descendants, and for Patroni its postgres."""
+        pids: list[int] = []
+        main = self.main_pid(component)
+        if main and not postgres_only:
+            pids += [main, *procs.descendants(main)]
+        if self.components[component].kind == "patroni":
+            postmaster = self.postmaster_pid(component)
+            if postmaster:
+                pids += [postmaster, *procs.descendants(postmaster)]
+        return sorted(set(pids))
+
+    def running_components(self) -> list[str]:
+        return [name for name in self.components if self.main_pid(name)]
+
+    def spawn(self, component: str) -> int:
+        spec = self.components[component]
+        if self.main_pid(component):
+            return self.main_pid(component)  # type: ignore[return-value]
+        answer = self.supervisor.call(
+            "spawn", name=spec.name, argv=spec.argv, env=spec.env, user=spec.user,
+            log=str(self.log_file(component)),
+            cwd=str(Path(spec.labels["data_dir"]).parent) if spec.kind == "patroni" else None,
+        )
+        record = {"pid": answer["pid"], "pgid": answer["pgid"], "start_ticks": answer["start_ticks"],
+                  "started_at": utcnow(), "argv": spec.argv}
+        self._pid_file(component).write_text(json.dumps(record))
+        return int(answer["pid"])
+
+    def exited(self, component: str) -> int | None:
+        """Exit code if the supervisor saw the component's main process exit, else None."""
+        record = self.pid_record(component)
+        if not record:
+            return None
+        try:
+            children = self.supervisor.call("ps")["children"]
+        except SupervisorError:
+            return None
+        child = children.get(str(record["pid"]))
+        return None if child is None else child["returncode"]
+
+    # -- health -----------------------------------------------------------------------------
+    def check(self, component: str, timeout: float = 1.0) -> tuple[bool, str]:
+        spec = self.components[component]
+        if not self.main_pid(component):
+            return False, "not running"
+        try:
+            response = httpx.request(spec.health.method, spec.health.url, timeout=timeout)
+        except httpx.HTTPError as exc:
+            return False, f"{spec.health.method} {spec.health.url}: {type(exc).__name__}"
+        if response.status_code not in spec.health.expect:
+            return False, f"{spec.health.method} {spec.health.url} -> HTTP {response.status_code}"
+        if spec.kind == "patroni":
+            try:
+                data = response.json()
+                return True, f"{data.get('role')} ({data.get('state')})"
+            except ValueError:
+                pass
+        return True, "ok"
+
+    def wait_healthy(self, components: list[str], timeout: float, reporter: Reporter | None = None) -> None:
+        pending = list(components)
+        deadline = time.monotonic() + timeout
+        reasons: dict[str, str] = {}
+        while pending:
+            for name in list(pending):
+                code = self.exited(name)
+                if code is not None:
+                    raise ComponentUnhealthy(name, f"process exited with code {code}",
+                                             tail(self.log_file(name)))
+                ok, reasons[name] = self.check(name)
+                if ok:
+                    pending.remove(name)
+                    if reporter:
+                        reporter(f"{name} healthy")
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                name = pending[0]
+                raise ComponentUnhealthy(name, f"not healthy after {timeout:.0f} s ({reasons.get(name)})",
+                                         tail(self.log_file(name)))
+            time.sleep(0.1)
+
+    # -- database ---------------------------------------------------------------------------
+    def patroni_cluster(self) -> dict[str, Any]:
+        """Patroni's view of the cluster, from the first member that answers."""
+        last: Exception | None = None
+        for name in ("pg-0", "pg-1"):
+            try:
+                response = httpx.get(f"http://127.0.0.1:{self.components[name].ports['rest']}/cluster",
+                                     timeout=1.0)
+                response.raise_for_status()
+                return response.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                last = exc
+        raise EnvError(f"no Patroni member answers /cluster: {last}")
+
+    def db_roles(self) -> dict[str, str]:
+        """member name -> role (leader, sync_standby, replica) as Patroni reports it."""
+        try:
+            members = self.patroni_cluster().get("members", [])
+        except EnvError:
+            return {}
+        return {m["name"]: m["role"] for m in members}
+
+    def db_leader(self) -> str | None:
+        for name, role in self.db_roles().items():
+            if role in ("leader", "master", "primary"):
+                return name
+        return None
+
+    def db_writable(self, timeout: float = 2.0) -> bool:
+        """True when a write through the HAProxy `pg` frontend commits."""
+        import psycopg
+
+        try:
+            with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], self._secrets()),
+                                 autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
+                conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+                conn.execute("CREATE TABLE IF NOT EXISTS gameday_probe (t timestamptz)")
+                conn.execute("INSERT INTO gameday_probe VALUES (now())")
+            return True
+        except psycopg.Error:
+            return False
+
+    def wait_db_writable(self, timeout: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.db_writable():
+                return time.monotonic() - start
+            time.sleep(0.1)
+        raise ComponentUnhealthy(self.db_leader() or "pg-0",
+                                 f"no write through HAProxy committed within {timeout:.0f} s",
+                                 tail(self.log_file(self.db_leader() or "pg-0")))
+
+    def wait_sync_standby(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            roles = self.db_roles()
+            for name, role in roles.items():
+                if role == "sync_standby":
+                    return name
+            time.sleep(0.2)
+        standby = next((n for n in ("pg-0", "pg-1") if n != self.db_leader()), "pg-1")
+        raise ComponentUnhealthy(standby, f"no synchronous standby within {timeout:.0f} s "
+                                 f"(roles {self.db_roles()})", tail(self.log_file(standby)))
+
+    def _secrets(self) -> Secrets:
+        return Secrets(**self.info["secrets"])
+
+    def _setup_database(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        secrets = self._secrets()
+        with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], secrets),
+                             autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone()
+            verb = "ALTER" if exists else "CREATE"
+            conn.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(APP_USER), sql.Literal(secrets.pg_app)))
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(APP_DB), sql.Identifier(APP_USER)))
+
+    def _run_step(self, name: str, argv: list[str], timeout: float = 60.0) -> None:
+        log = self.log_file(name)
+        with open(log, "ab") as out:
+            out.write(f"\n--- {utcnow()} {' '.join(argv)}\n".encode())
+            out.flush()
+            env = {**os.environ, procs.MARKER_VAR: str(self.state_dir)}
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    timeout=timeout, cwd=self.state_dir, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            raise ComponentUnhealthy(name, f"`{' '.join(argv[2:4])}` exited with {result.returncode}",
+                                     tail(log))
+
+    # -- up ---------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        if not self.info:
+            return False
+        return self.supervisor.alive() or bool(self.running_components())
+
+    def preflight(self) -> list[str]:
+        problems = []
+        for binary in ("/usr/bin/etcd", "/usr/bin/patroni", "/usr/sbin/haproxy",
+                       "/usr/bin/docker-registry", "/usr/bin/prometheus", str(PG_BIN / "postgres")):
+            if not Path(binary).exists():
+                problems.append(f"{binary} is missing (apt-get install patroni etcd-server haproxy "
+                                "docker-registry prometheus postgresql-15)")
+        blocked = check_traversable_by_postgres(self.state_dir.parent)
+        if blocked:
+            problems.append(f"the postgres OS user cannot enter {blocked} (needs o+x); choose another "
+                            "--home/$GAMEDAY_HOME or `chmod o+x` it")
+        return problems
+
+    def up(self, reporter: Reporter | None = None, *, infra_only: bool = False,
+           timeout: float = 60.0) -> dict[str, Any]:
+        """Start every component and wait until all are healthy; tear down on any failure."""
+        say = reporter or (lambda _msg: None)
+        started = time.monotonic()
+        if self.is_running():
+            raise AlreadyRunning(
+                f"environment {self.name!r} is already running (state {self.state_dir}); "
+                f"use `gameday env status` or `gameday env down` first")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o755)
+        problems = self.preflight()
+        if problems:
+            raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))
+
+        commands = set() if infra_only else controlplane_commands()
+        with_cp = CONTROLPLANE_COMMANDS <= commands
+        with_agents = with_cp and "agent" in commands
+        previous = self.info or {}
+        secrets = Secrets(**previous["secrets"]) if previous.get("secrets") else Secrets()
+        agents = self.agents if with_agents else ()
+        ports = allocate_ports(port_names(self.agents), previous.get("ports"))
+        for stale in (self.state_dir / "run").glob("*.json"):
+            stale.unlink()
+        self.components = build_components(self.state_dir, self.name, ports, secrets, agents, with_cp)
+        self.info = {
+            "name": self.name, "state_dir": str(self.state_dir), "status": "starting",
+            "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
+            "agents": [a.as_dict() for a in agents],
+            "controlplane": {"included": with_cp, "agents": with_agents,
+                             "missing_commands": sorted(CONTROLPLANE_COMMANDS | {"agent"} - commands)},
+            "endpoints": self._endpoints(ports, secrets, with_cp),
+            "tokens": {"projects": secrets.project_tokens, "agent": secrets.agent_token,
+                       "admin": secrets.admin_token},
+        }
+        self._write_info()
+        self.note("env_up", {"controlplane": with_cp, "agents": [a.name for a in agents]})
+        try:
+            self._start_supervisor()
+            say("supervisor running")
+            self._up_infra(say, timeout)
+            if with_cp:
+                self._up_controlplane(say, timeout, agents)
+            standby = self.wait_sync_standby(timeout)
+            say(f"synchronous standby: {standby}")
+            self.supervisor.call("detach")
+        except BaseException:
+            say("start failed: tearing down what was started")
+            self._teardown()
+            self.info["status"] = "failed"
+            self._write_info()
+            raise
+        self.info["status"] = "up"
+        self.info["up_seconds"] = round(time.monotonic() - started, 2)
+        self._write_info()
+        return self.status()
+
+    def _endpoints(self, ports: dict[str, int], secrets: Secrets, with_cp: bool) -> dict[str, Any]:
+        registry = f"127.0.0.1:{ports['proxy_registry']}"
+        endpoints: dict[str, Any] = {
+            "api": f"http://127.0.0.1:{ports['haproxy_api']}",
+            "api_replicas": {f"api-{i}": f"http://127.0.0.1:{ports[f'api{i}']}" for i in (1, 2)},
+            "dsn": app_dsn(ports, secrets),
+            "admin_dsn": superuser_dsn(ports["haproxy_pg"], secrets),
+            "s3": f"http://127.0.0.1:{ports['proxy_s3']}",
+            "s3_direct": f"http://127.0.0.1:{ports['moto']}",
+            "bucket": BUCKET,
+            "registry": registry,
+            "registry_direct": f"127.0.0.1:{ports['registry']}",
+            "image": f"{registry}/{IMAGE_REPOSITORY}:{IMAGE_TAG}",
+            "prometheus": f"http://127.0.0.1:{ports['prometheus']}",
+            "haproxy_stats": f"http://127.0.0.1:{ports['haproxy_stats']}/stats",
+            "haproxy_socket": str(self.state_dir / "run" / "haproxy.sock"),
+            "etcd": f"http://127.0.0.1:{ports['etcd_client']}",
+            "patroni": {f"pg-{i}": f"http://127.0.0.1:{ports[f'pg{i}_rest']}" for i in (0, 1)},
+            "fault_proxy": f"http://127.0.0.1:{ports['proxy_control']}",
+            "fault_timeline": str(self.timeline_file),
+        }
+        if not with_cp:
+            endpoints.pop("api_replicas")
+        return endpoints
+
+    def _start_supervisor(self) -> None:
+        log = self.log_file("supervisor")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        ready = self.state_dir / "run" / "supervisor.ready"
+        ready.unlink(missing_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "infra.local.supervisor", "--state", str(self.state_dir),
+                 "--owner-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, cwd=self.state_dir,
+                env={**os.environ, procs.MARKER_VAR: str(self.state_dir)},
+            )
+        info = procs.read_stat(proc.pid)
+        self._pid_file("supervisor").write_text(json.dumps(
+            {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None,
+             "started_at": utcnow()}))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ComponentUnhealthy("supervisor", f"exited with {proc.returncode}", tail(log))
+            if ready.exists() and self.supervisor.alive():
+                # The launcher must not keep a zombie of its own: reap it later if it exits.
+                self._supervisor_proc = proc
+                return
+            time.sleep(0.02)
+        raise ComponentUnhealthy("supervisor", "socket not ready after 10 s", tail(log))
+
+    def _up_infra(self, say: Reporter, timeout: float) -> None:
+        for group in (Group.INFRA, Group.DATABASE):
+            for name, spec in self.components.items():
+                if spec.group is group:
+                    self.spawn(name)
+        say("infrastructure processes started")
+        infra = [n for n, s in self.components.items() if s.group is Group.INFRA]
+        self.wait_healthy(infra, timeout, say)
+        with ThreadPoolExecutor(2) as pool:
+            bucket = pool.submit(self._create_bucket)
+            image = pool.submit(self._push_image)
+            bucket.result()
+            say(f"bucket {BUCKET} created")
+            digest = image.result()
+            say(f"image pushed ({digest[:19]})")
+        self.info["endpoints"]["image_digest"] = digest
+        self.wait_healthy(["pg-0", "pg-1"], timeout, say)
+        self.wait_db_writable(timeout)
+        say(f"database primary: {self.db_leader()}")
+        self._setup_database()
+
+    def _create_bucket(self) -> None:
+        url = f"{self.endpoints['s3']}/{BUCKET}"
+        response = httpx.put(url, timeout=5.0)
+        if response.status_code not in (200, 409):
+            raise ComponentUnhealthy("moto", f"PUT {url} -> HTTP {response.status_code}",
+                                     response.text[-500:])
+
+    def _push_image(self) -> str:
+        from controlplane.registry import push_minimal_image
+
+        try:
+            return push_minimal_image(self.endpoints["registry"], IMAGE_REPOSITORY, IMAGE_TAG,
+                                      labels={"org.opencontainers.image.title": "gameday sample workload"})
+        except httpx.HTTPError as exc:
+            raise ComponentUnhealthy("registry", f"pushing the sample image failed: {exc}",
+                                     tail(self.log_file("registry"))) from exc
+
+    def _up_controlplane(self, say: Reporter, timeout: float, agents: tuple[AgentSpec, ...]) -> None:
+        from infra.local.components import gameday_argv
+
+        dsn = self.endpoints["dsn"]
+        self._run_step("migrate", gameday_argv("controlplane", "migrate", "--dsn", dsn))
+        say("schema migrated")
+        secrets = self._secrets()
+        seed = {
+            "projects": [{"name": p, "token": t} for p, t in secrets.project_tokens.items()],
+            "agent_tokens": [secrets.agent_token],
+            "admin_tokens": [secrets.admin_token],
+            "queues": [dict(q) for q in DEFAULT_QUEUES],
+        }
+        import yaml
+
+        seed_file = self.state_dir / "seed.yaml"
+        seed_file.write_text(yaml.safe_dump(seed, sort_keys=False))
+        os.chmod(seed_file, 0o600)
+        self._run_step("seed", gameday_argv("controlplane", "seed", "--dsn", dsn, "--file", str(seed_file)))
+        say("projects, tokens and queues seeded")
+        names = [n for n, s in self.components.items() if s.group in (Group.CONTROLPLANE, Group.AGENT)]
+        for name in names:
+            self.spawn(name)
+        say(f"control plane started ({len(names)} processes)")
+        self.wait_healthy(names, timeout, say)
+
+    # -- down -------------------------------------------------------------------------------
+    def _teardown(self, grace: float = 3.0) -> list[int]:
+        """Stop every process of this environment; return pids that survived (should be none)."""
+        try:
+            self.supervisor.call("shutdown", grace=grace)
+        except SupervisorError:
+            pass
+        # Belt and braces: anything recorded or carrying our marker is killed by process group.
+        leftovers: list[int] = []
+        for name in [*self.components, "supervisor"]:
+            record = self.pid_record(name)
+            if record and procs.is_alive(record["pid"], record.get("start_ticks")):
+                procs.signal_group(record["pgid"], procs.signal.SIGKILL)
+                leftovers.append(record["pid"])
+        marked = procs.marked_processes(self.state_dir)
+        for pid in marked:
+            procs.signal_pids([pid], procs.signal.SIGKILL)
+        left = procs.wait_gone(leftovers + marked, 5.0)
+        supervisor_proc = getattr(self, "_supervisor_proc", None)
+        if supervisor_proc is not None:
+            supervisor_proc.wait(timeout=5)
+        for pid_file in (self.state_dir / "run").glob("*.json"):
+            pid_file.unlink()
+        return left
+
+    def down(self, purge: bool = False) -> dict[str, Any]:
+        """Stop everything (restoring every active fault first); keep state unless ``purge``."""
+        started = time.monotonic()
+        if not self.info and not self.state_dir.exists():
+            raise NotRunning(f"environment {self.name!r} has no state at {self.state_dir}")
+        if self.info:
+            self.faults.restore_all(reason="down")
+        left = self._teardown()
+        left += procs.marked_processes(self.state_dir)
+        if left:
+            raise EnvError(f"processes survived teardown: {sorted(set(left))}")
+        seconds = round(time.monotonic() - started, 2)
+        if self.info:
+            self.note("env_down", {"seconds": seconds, "purge": purge})
+            self.info["status"] = "down"
+            self.info["down_seconds"] = seconds
+            self._write_info()
+        if purge:
+            shutil.rmtree(self.state_dir)
+        return {"name": self.name, "down_seconds": seconds, "purged": purge}
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """env.json plus live health of each component (secrets left out)."""
+        with ThreadPoolExecutor(8) as pool:
+            checks = dict(zip(self.components, pool.map(self.check, self.components)))
+        roles = self.db_roles() if self.components else {}
+        components = {}
+        for name, spec in self.components.items():
+            ok, detail = checks[name]
+            components[name] = {
+                "kind": spec.kind, "pid": self.main_pid(name), "healthy": ok, "detail": detail,
+                "ports": spec.ports, "health_url": spec.health.url, "log": str(self.log_file(name)),
+            }
+            if spec.kind == "patroni":
+                components[name]["role"] = roles.get(name)
+                components[name]["postmaster_pid"] = self.postmaster_pid(name)
+        pids = procs.marked_processes(self.state_dir)
+        info = {k: v for k, v in self.info.items() if k not in ("secrets", "components")}
+        info.update(
+            components=components,
+            healthy=bool(components) and all(c["healthy"] for c in components.values()),
+            db_leader=self.db_leader() if self.components else None,
+            processes=len(pids), rss_mib=round(procs.rss_kib(pids) / 1024, 1),
+            pss_mib=round(procs.pss_kib(pids) / 1024, 1),
+            active_faults=self.faults.active() if self.info else {},
+        )
+        return info
+
+    def note(self, what: str, details: dict[str, Any] | None = None) -> None:
+        from infra.local.faults import Timeline
+
+        Timeline(self.timeline_file).record("note", what, self.name, details or {})

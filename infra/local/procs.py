@@ -1,0 +1,146 @@
+"""Linux process helpers over ``/proc``: identity, process trees, signalling, leak detection.
+
+Every process the local environment starts carries ``GAMEDAY_ENV_STATE=<state dir>`` in its
+environment (postgres inherits it through Patroni), so leftovers can be found precisely, by
+environment, never by a broad name match.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER_VAR = "GAMEDAY_ENV_STATE"
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # one letter: R, S, T (stopped), Z (zombie) ...
+    start_ticks: int
+    comm: str
+
+
+def read_stat(pid: int) -> ProcInfo | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm may contain spaces and parentheses: split around the last ')'.
+    lpar, rpar = raw.index("("), raw.rindex(")")
+    fields = raw[rpar + 2:].split()
+    return ProcInfo(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0],
+                    start_ticks=int(fields[19]), comm=raw[lpar + 1:rpar])
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def is_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """True when ``pid`` exists, is not a zombie and (if given) started at ``start_ticks``."""
+    info = read_stat(pid)
+    if info is None or info.state in ("Z", "X"):
+        return False
+    return start_ticks is None or info.start_ticks == start_ticks
+
+
+def descendants(root: int) -> list[int]:
+    """All live descendants of ``root`` (children first-level order is not guaranteed)."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        info = read_stat(pid)
+        if info is not None:
+            children.setdefault(info.ppid, []).append(pid)
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def signal_pids(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until none of ``pids`` is alive (zombies count as gone); return those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if is_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if is_alive(p)]
+    return alive
+
+
+def wait_reaped(pids: list[int], timeout: float) -> list[int]:
+    """Wait until ``pids`` have disappeared from /proc entirely (zombies reaped)."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if read_stat(p) is not None]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in left if read_stat(p) is not None]
+    return left
+
+
+def marked_processes(state_dir: Path) -> list[int]:
+    """Live processes whose environment carries this environment's marker."""
+    needle = f"{MARKER_VAR}={state_dir.resolve()}".encode()
+    me = os.getpid()
+    found = []
+    for pid in all_pids():
+        if pid == me:
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if needle in env.split(b"\0") and is_alive(pid):
+            found.append(pid)
+    return found
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Sum of VmRSS over ``pids`` in KiB (shared pages are counted once per process)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+                    break
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+def pss_kib(pids: list[int]) -> int:
+    """Sum of proportional set size (shared pages split between sharers) in KiB."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total

@@ -1,0 +1,119 @@
+"""What the local environment is made of: agents per pool/zone/region, queues, projects, ports."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from dataclasses import asdict, dataclass, field
+
+BUCKET = "ml-artifacts"
+IMAGE_REPOSITORY = "ml/trainer"
+IMAGE_TAG = "1.0"
+ACCELERATOR = "sim-a100"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent process standing for one node of a node pool."""
+
+    name: str
+    pool: str  # system | cpu | gpu
+    zone: str
+    region: str
+    cpu_slots: int
+    accelerator_count: int = 0
+    datasets: tuple[str, ...] = ()
+
+    @property
+    def accelerator_type(self) -> str | None:
+        return ACCELERATOR if self.accelerator_count else None
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["datasets"] = list(self.datasets)
+        data["accelerator_type"] = self.accelerator_type
+        return data
+
+
+# Datasets live in only some regions, so routing eligibility is exercised: `imagenet-mini`
+# exists only in region-1, `tokens-small` in both.
+DEFAULT_AGENTS: tuple[AgentSpec, ...] = (
+    AgentSpec("sys-1", "system", "zone-a", "region-1", cpu_slots=2),
+    AgentSpec("cpu-1", "cpu", "zone-a", "region-1", cpu_slots=4,
+              datasets=("imagenet-mini", "tokens-small")),
+    AgentSpec("cpu-2", "cpu", "zone-b", "region-2", cpu_slots=4, datasets=("tokens-small",)),
+    AgentSpec("gpu-1", "gpu", "zone-b", "region-1", cpu_slots=2, accelerator_count=2,
+              datasets=("imagenet-mini",)),
+    AgentSpec("gpu-2", "gpu", "zone-a", "region-2", cpu_slots=2, accelerator_count=1),
+)
+
+DEFAULT_QUEUES: tuple[dict[str, object], ...] = (
+    {"name": "default", "priority": 0, "concurrency": 16},
+    {"name": "gpu", "priority": 10, "concurrency": 4},
+)
+DEFAULT_PROJECTS: tuple[str, ...] = ("team-a", "team-b")
+API_REPLICAS = 2
+
+
+@dataclass
+class Secrets:
+    """Generated once per state directory and kept across `down`/`up`."""
+
+    pg_superuser: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    pg_replication: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    pg_app: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    project_tokens: dict[str, str] = field(
+        default_factory=lambda: {p: "user-" + secrets.token_urlsafe(24) for p in DEFAULT_PROJECTS})
+    agent_token: str = field(default_factory=lambda: "agent-" + secrets.token_urlsafe(24))
+    admin_token: str = field(default_factory=lambda: "admin-" + secrets.token_urlsafe(24))
+
+
+def port_names(agents: tuple[AgentSpec, ...]) -> list[str]:
+    names = [
+        "etcd_client", "etcd_peer", "pg0", "pg0_rest", "pg1", "pg1_rest",
+        "haproxy_pg", "haproxy_api", "haproxy_stats", "moto", "registry", "registry_debug",
+        "proxy_control", "proxy_s3", "proxy_registry", "prometheus", "reconciler_metrics",
+    ]
+    names += [f"api{i}" for i in range(1, API_REPLICAS + 1)]
+    for agent in agents:
+        names += [f"proxy_agent_{agent.name}", f"agent_metrics_{agent.name}"]
+    return names
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def allocate_ports(names: list[str], previous: dict[str, int] | None = None) -> dict[str, int]:
+    """Keep a port from the previous run when it is still free, else take a fresh free one.
+
+    Keeping ports stable across `down`/`up` matters for etcd (its data directory remembers its
+    peer URL) and for scripts holding an old `env.json`.
+    """
+    previous = previous or {}
+    chosen: dict[str, int] = {}
+    holders: list[socket.socket] = []
+    try:
+        for name in names:
+            port = previous.get(name)
+            if port and port not in chosen.values() and port_free(port):
+                chosen[name] = port
+                continue
+            while True:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind(("127.0.0.1", 0))
+                holders.append(sock)  # held open so the kernel does not hand it out twice
+                port = sock.getsockname()[1]
+                if port not in chosen.values() and port not in previous.values():
+                    chosen[name] = port
+                    break
+    finally:
+        for sock in holders:
+            sock.close()
+    return chosen

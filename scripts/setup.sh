@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs: Debian packages for the local environment and the tests,
+# the virtual environment at .venv, and this package installed into it (console script
+# `gameday` in .venv/bin). Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(postgresql-15 patroni etcd-server etcd-client haproxy docker-registry prometheus
+              chromium iproute2 procps)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts nothing by itself here (no systemd), but make sure no packaged daemon
+  # holds the ports or data directories the harness wants.
+  for svc in etcd prometheus docker-registry haproxy patroni postgresql; do
+    $SUDO service "$svc" stop >/dev/null 2>&1 || true
+  done
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "==> installing the package and its dependencies into .venv (about 2 minutes)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[dev]'
+  touch "$stamp"
+fi
+echo "==> ready: .venv/bin/gameday"

@@ -1,0 +1,386 @@
+"""Load and validate a run directory's raw evidence (layout and schemas: docs/EVIDENCE.md).
+
+Everything is checked up front; a missing or unusable file raises ``EvidenceError`` (the CLI
+maps it to exit code 3) with the file, line and field at fault. The loaded records are plain
+typed data with no platform specifics, so SLI math (sli.py) works for any adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+
+class EvidenceError(Exception):
+    """Evidence is missing or unusable; the verdict cannot be trusted (exit code 3)."""
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Chaos Toolkit journals carry naive UTC timestamps; treat every naive time as UTC.
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
+class _Record(BaseModel):
+    # producers may add fields (other platforms, newer versions); we read what we need
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RunInfo(_Record):
+    run_id: str
+    env: str
+    suite: str
+    platform: str
+    started_at: UtcTime
+    ended_at: UtcTime
+    snapshot_at: UtcTime | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+
+
+class LedgerEntry(_Record):
+    operation_id: str
+    idempotency_key: str
+    acked_at: UtcTime
+    project: str
+    status: int | None = None
+
+
+class RequestRecord(_Record):
+    time: UtcTime
+    method: str
+    route: str
+    status: int | None = None
+    error: str | None = None
+    latency_ms: float = Field(ge=0)
+
+
+class Operation(_Record):
+    id: str
+    project: str
+    state: str
+    idempotency_key: str | None = None
+    created_at: UtcTime
+    updated_at: UtcTime | None = None
+    queue: str | None = None
+    workload: dict[str, Any] | None = None
+    pending_reason: str | None = None
+
+    @property
+    def checkpoint_every(self) -> float | None:
+        params = (self.workload or {}).get("params") or {}
+        value = params.get("checkpoint_every")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+class Attempt(_Record):
+    id: str
+    operation_id: str
+    number: int
+    state: str
+    agent_name: str | None = None
+    created_at: UtcTime
+    started_at: UtcTime | None = None
+    finished_at: UtcTime | None = None
+    error: dict[str, Any] | None = None
+
+
+class Event(_Record):
+    id: str | int | None = None
+    operation_id: str | None = None
+    attempt_id: str | None = None
+    time: UtcTime
+    actor: str | None = None
+    kind: str
+    from_state: str | None = None
+    to_state: str | None = None
+    reason: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StoredObject(_Record):
+    key: str
+    size: int = Field(ge=0)
+    sha256: str | None = None
+    etag: str | None = None
+    # parsed JSON body, present for MANIFEST.json / COMPLETE.json objects
+    content: dict[str, Any] | None = None
+
+
+class FaultRecord(_Record):
+    time: UtcTime
+    event: Literal["fault_start", "fault_end", "note"]
+    fault: str
+    target: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class PromSeries(_Record):
+    metric: dict[str, str]
+    values: tuple[tuple[float, float], ...]
+
+
+class PromQuery(_Record):
+    name: str
+    query: str
+    series: tuple[PromSeries, ...]
+
+
+class GamedayExtension(_Record):
+    recovery_objective: str
+    slos: tuple[str, ...] = ()
+    expected_alerts: tuple[str, ...] = ()
+    runbook: str
+    blast_radius: str | dict[str, Any] | None = None
+
+
+class Activity(_Record):
+    name: str
+    type: str
+    status: str
+    start: UtcTime | None = None
+    end: UtcTime | None = None
+
+
+class Journal(_Record):
+    title: str
+    status: str
+    deviated: bool
+    start: UtcTime
+    end: UtcTime
+    steady_state_before_met: bool | None
+    steady_state_after_met: bool | None
+    activities: tuple[Activity, ...]
+    gameday: GamedayExtension
+
+    @property
+    def experiment_ok(self) -> bool:
+        """Chaos Toolkit exits 0 when the steady state is broken *before* the method, so the
+        before-check is ours to read (DESIGN.md section 7)."""
+        return (
+            self.status == "completed"
+            and not self.deviated
+            and self.steady_state_before_met is not False
+        )
+
+
+class ExperimentEvidence(_Record):
+    name: str
+    journal: Journal
+
+
+class Evidence(_Record):
+    run_dir: Path
+    run: RunInfo
+    ledger: tuple[LedgerEntry, ...]
+    requests: tuple[RequestRecord, ...]
+    load_stats: dict[str, Any] | list[Any]
+    operations: tuple[Operation, ...]
+    attempts: tuple[Attempt, ...]
+    events: tuple[Event, ...]
+    objects: tuple[StoredObject, ...]
+    faults: tuple[FaultRecord, ...]
+    prometheus: dict[str, PromQuery]
+    experiments: tuple[ExperimentEvidence, ...]
+
+    @property
+    def snapshot_time(self) -> datetime:
+        return self.run.snapshot_at or self.run.ended_at
+
+
+# --------------------------------------------------------------------------- reading
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _field_error(where: str, exc: ValidationError) -> EvidenceError:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "?"
+    return EvidenceError(f"{where}: field {field}: {err['msg']}")
+
+
+def _read_json(path: Path, root: Path) -> Any:
+    if not path.is_file():
+        raise EvidenceError(f"{_rel(path, root)}: missing (see docs/EVIDENCE.md)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"{_rel(path, root)}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"{_rel(path, root)}: not valid JSON: {exc}") from None
+
+
+def _read_jsonl(path: Path, root: Path, model: type[R], *, required: bool = True) -> tuple[R, ...]:
+    name = _rel(path, root)
+    if not path.is_file():
+        if required:
+            raise EvidenceError(f"{name}: missing (see docs/EVIDENCE.md)")
+        return ()
+    out: list[R] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"{name}: cannot read: {exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"{name}: line {number}: not valid JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise EvidenceError(f"{name}: line {number}: must be a JSON object")
+        try:
+            out.append(model.model_validate(raw))
+        except ValidationError as exc:
+            raise _field_error(f"{name}: line {number}", exc) from None
+    return tuple(out)
+
+
+def _find_extension(experiment: dict[str, Any]) -> Any:
+    """The x-gameday block: a top-level key, or a Chaos Toolkit `extensions` entry."""
+    if "x-gameday" in experiment:
+        return experiment["x-gameday"]
+    for ext in experiment.get("extensions") or []:
+        if isinstance(ext, dict) and ext.get("name") in ("x-gameday", "gameday"):
+            return {k: v for k, v in ext.items() if k != "name"}
+    return None
+
+
+def _parse_journal(raw: Any, where: str) -> Journal:
+    if not isinstance(raw, dict) or not isinstance(raw.get("experiment"), dict):
+        raise EvidenceError(f"{where}: not a Chaos Toolkit journal (no 'experiment' object)")
+    experiment = raw["experiment"]
+    ext = _find_extension(experiment)
+    if ext is None:
+        raise EvidenceError(f"{where}: field experiment.x-gameday: missing (see docs/EVIDENCE.md)")
+    steady = raw.get("steady_states") or {}
+
+    def met(phase: str) -> bool | None:
+        block = steady.get(phase) if isinstance(steady, dict) else None
+        return block.get("steady_state_met") if isinstance(block, dict) else None
+
+    activities = []
+    for item in raw.get("run") or []:
+        act = item.get("activity") or {} if isinstance(item, dict) else {}
+        activities.append(
+            {
+                "name": act.get("name", "?"),
+                "type": act.get("type", "?"),
+                "status": item.get("status", "?"),
+                "start": item.get("start"),
+                "end": item.get("end"),
+            }
+        )
+    data = {
+        "title": experiment.get("title", "?"),
+        "status": raw.get("status"),
+        "deviated": raw.get("deviated", False),
+        "start": raw.get("start"),
+        "end": raw.get("end"),
+        "steady_state_before_met": met("before"),
+        "steady_state_after_met": met("after"),
+        "activities": activities,
+        "gameday": ext,
+    }
+    try:
+        return Journal.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        if loc and loc[0] == "gameday":
+            loc = ["experiment", "x-gameday", *loc[1:]]
+        elif loc and loc[0] == "activities":
+            loc = ["run", *loc[1:]]
+        raise EvidenceError(f"{where}: field {'.'.join(loc)}: {err['msg']}") from None
+
+
+def _parse_prometheus(raw: Any, name: str, where: str) -> PromQuery:
+    if not isinstance(raw, dict):
+        raise EvidenceError(f"{where}: must be a JSON object")
+    response = raw.get("response", raw)
+    data = response.get("data") if isinstance(response, dict) else None
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise EvidenceError(f"{where}: field response.data.resultType: must be 'matrix' (query_range)")
+    series = []
+    for i, item in enumerate(data.get("result") or []):
+        try:
+            values = tuple((float(t), float(v)) for t, v in item.get("values", []))
+            series.append(PromSeries(metric=item.get("metric", {}), values=values))
+        except (TypeError, ValueError, AttributeError, ValidationError):
+            raise EvidenceError(f"{where}: field response.data.result[{i}]: not a matrix series") from None
+    return PromQuery(name=name, query=str(raw.get("query", "")), series=tuple(series))
+
+
+def load_evidence(run_dir: str | Path) -> Evidence:
+    """Read and validate every evidence file of a run directory. Raises EvidenceError."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise EvidenceError(f"{root}: run directory does not exist")
+    try:
+        run = RunInfo.model_validate(_read_json(root / "run.json", root))
+    except ValidationError as exc:
+        raise _field_error("run.json", exc) from None
+    if run.ended_at < run.started_at:
+        raise EvidenceError("run.json: field ended_at: is before started_at")
+
+    experiments = []
+    exp_root = root / "experiments"
+    exp_dirs = sorted(p for p in exp_root.iterdir() if p.is_dir()) if exp_root.is_dir() else []
+    if not exp_dirs:
+        raise EvidenceError("experiments/: no experiment directories (each needs journal.json)")
+    for exp_dir in exp_dirs:
+        path = exp_dir / "journal.json"
+        journal = _parse_journal(_read_json(path, root), _rel(path, root))
+        experiments.append(ExperimentEvidence(name=exp_dir.name, journal=journal))
+
+    prometheus: dict[str, PromQuery] = {}
+    prom_dir = root / "prometheus"
+    for path in sorted(prom_dir.glob("*.json")) if prom_dir.is_dir() else []:
+        prometheus[path.stem] = _parse_prometheus(_read_json(path, root), path.stem, _rel(path, root))
+    if any(e.journal.gameday.expected_alerts for e in experiments) and "alerts" not in prometheus:
+        raise EvidenceError(
+            "prometheus/alerts.json: missing, but experiments expect alerts (query_range of ALERTS)"
+        )
+
+    load_stats = _read_json(root / "load_stats.json", root)
+    if not isinstance(load_stats, (dict, list)):
+        raise EvidenceError("load_stats.json: must be a JSON object or list (Locust stats)")
+
+    snap = root / "snapshot"
+    evidence = Evidence(
+        run_dir=root,
+        run=run,
+        ledger=_read_jsonl(root / "ledger.jsonl", root, LedgerEntry),
+        requests=_read_jsonl(root / "requests.jsonl", root, RequestRecord),
+        load_stats=load_stats,
+        operations=_read_jsonl(snap / "operations.jsonl", root, Operation),
+        attempts=_read_jsonl(snap / "attempts.jsonl", root, Attempt),
+        events=_read_jsonl(snap / "events.jsonl", root, Event),
+        objects=_read_jsonl(snap / "objects.jsonl", root, StoredObject),
+        faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
+        prometheus=prometheus,
+        experiments=tuple(experiments),
+    )
+    if not evidence.requests:
+        raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")
+    op_ids = {op.id for op in evidence.operations}
+    for i, attempt in enumerate(evidence.attempts, start=1):
+        if attempt.operation_id not in op_ids:
+            raise EvidenceError(
+                f"snapshot/attempts.jsonl: line {i}: field operation_id: "
+                f"{attempt.operation_id!r} is not in snapshot/operations.jsonl"
+            )
+    return evidence

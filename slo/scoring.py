@@ -1,0 +1,119 @@
+"""Keptn-style gate scoring (pure): criteria strings, per-check status, weighted total.
+
+A check passes when all its pass criteria hold, else is a warning when all its warning
+criteria hold, else fails. Score = weighted mean of pass 1 / warning 0.5 / fail 0, in percent.
+A failed key check fails the gate whatever the score. Checks without data (status None)
+are left out of the score rather than counted as failures (as Krkn's score does).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARNING = "warning"
+    FAIL = "fail"
+
+    @property
+    def score(self) -> float:
+        return {Status.PASS: 1.0, Status.WARNING: 0.5, Status.FAIL: 0.0}[self]
+
+
+_OPS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "=": lambda a, b: a == b,
+}
+_CRITERION = re.compile(r"^\s*(<=|>=|<|>|=)\s*([+-]?)(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(%?)\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """`<=600` (absolute) or `<=+10%` (relative to a baseline: at most 10% above it)."""
+
+    op: str
+    amount: float
+    relative: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Criterion:
+        match = _CRITERION.match(text)
+        if not match:
+            raise ValueError(f"not a criterion: {text!r} (e.g. '<=600', '>=0.999', '<=+10%')")
+        op, sign, number, percent = match.groups()
+        amount = float(number) * (-1 if sign == "-" else 1)
+        if bool(sign) != bool(percent):
+            raise ValueError(f"relative criteria need a sign and a percent: {text!r}")
+        return cls(op, amount, bool(percent))
+
+    def holds(self, value: float, baseline: float | None) -> bool | None:
+        """None when relative and there is no baseline (the criterion does not apply)."""
+        if not self.relative:
+            return _OPS[self.op](value, self.amount)
+        if baseline is None:
+            return None
+        return _OPS[self.op](value, baseline + abs(baseline) * self.amount / 100.0)
+
+    def __str__(self) -> str:
+        if self.relative:
+            return f"{self.op}{'+' if self.amount >= 0 else ''}{self.amount:g}%"
+        return f"{self.op}{self.amount:g}"
+
+
+def _all_hold(criteria: Iterable[Criterion], value: float, baseline: float | None) -> bool:
+    results = [c.holds(value, baseline) for c in criteria]
+    return all(r is not False for r in results)
+
+
+def check_status(
+    value: float | None,
+    pass_criteria: Iterable[Criterion],
+    warning_criteria: Iterable[Criterion] = (),
+    baseline: float | None = None,
+) -> Status | None:
+    if value is None:
+        return None
+    if _all_hold(pass_criteria, value, baseline):
+        return Status.PASS
+    warning = list(warning_criteria)
+    if warning and _all_hold(warning, value, baseline):
+        return Status.WARNING
+    return Status.FAIL
+
+
+@dataclass(frozen=True)
+class Scored:
+    status: Status | None
+    weight: float
+    key: bool
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    status: Status
+    score: float | None
+    key_failed: bool
+
+
+def gate_outcome(checks: Iterable[Scored], pass_score: float, warning_score: float) -> GateOutcome:
+    items = [c for c in checks if c.status is not None]
+    key_failed = any(c.key and c.status is Status.FAIL for c in items)
+    total_weight = sum(c.weight for c in items)
+    if total_weight <= 0:
+        # nothing measurable: a gate with no evidence must not pass
+        return GateOutcome(Status.FAIL, None, key_failed)
+    score = 100.0 * sum(c.weight * c.status.score for c in items if c.status) / total_weight
+    if key_failed or score < warning_score:
+        status = Status.FAIL
+    elif score < pass_score:
+        status = Status.WARNING
+    else:
+        status = Status.PASS
+    return GateOutcome(status, score, key_failed)

@@ -1,0 +1,47 @@
+"""Shared fixtures: a private PostgreSQL for the session, a migrated template database, a fresh
+database per test (CREATE DATABASE ... TEMPLATE), and a running control plane."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from controlplane.launch import ControlPlane
+from gameday.pgserver import PostgresServer
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    with PostgresServer() as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PostgresServer) -> str:
+    from controlplane.db import migrate
+
+    pg_server.create_database("cp_template")
+    migrate(pg_server.dsn("cp_template"))
+    return "cp_template"
+
+
+@pytest.fixture
+def pg_dsn(pg_server: PostgresServer, pg_template: str) -> str:
+    """A fresh, migrated database for one test."""
+    return pg_server.create_database(f"t{next(_counter)}", template=pg_template)
+
+
+@pytest.fixture
+def cp_stack(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """One API replica + one reconciler on a fresh database (short leases for fast tests)."""
+    cp = ControlPlane(dsn=pg_dsn, lease_seconds=3.0, retry_base=0.2,
+                      logdir=tmp_path_factory.mktemp("cp"))
+    cp.start(migrate=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
