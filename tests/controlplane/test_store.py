@@ -1,0 +1,64 @@
+"""Store-level rules that the API cannot reach directly: guarded transitions, migrations, seed."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from controlplane.launch import gameday_cmd
+from controlplane.states import OpState
+from controlplane.store import auth, operations
+from controlplane.store.transitions import transition
+
+
+def _seed(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        auth.seed(conn, {"projects": [{"name": "p", "token": "t" * 20}],
+                         "queues": [{"name": "default"}]})
+        return str(conn.execute("SELECT id FROM projects").fetchone()[0])
+
+
+def test_illegal_transitions_are_refused_and_leave_no_event(pg_dsn: str) -> None:
+    project = _seed(pg_dsn)
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            spec = {"name": "x", "queue": "default", "priority": 0, "max_retries": 1,
+                    "timeout_seconds": 10, "workload": {"image": "a:1"}}
+            res = await operations.submit(conn, project_id=project, key="k", spec=spec,
+                                          actor="test")
+            op_id = res.operation["id"]
+            assert await transition(conn, op_id, OpState.SUCCEEDED, actor="t", reason="x") is None
+            assert await transition(conn, op_id, OpState.RUNNING, actor="t", reason="x") is None
+            ok = await transition(conn, op_id, OpState.QUEUED, actor="t", reason="admitted")
+            assert ok is not None and ok["from_state"] == "accepted" and ok["state"] == "queued"
+            evs = await operations.events(conn, op_id)
+            assert [(e["from_state"], e["to_state"]) for e in evs] == [
+                (None, "accepted"), ("accepted", "queued")]
+            with pytest.raises(ValueError, match="not settable"):
+                await transition(conn, op_id, OpState.BLOCKED, actor="t", reason="x", spec={})
+
+    asyncio.run(run())
+
+
+def test_migrate_is_idempotent_and_seed_validates(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dsn = pg_server.create_database("migr")
+    env = {"CONTROLPLANE_DSN": dsn, "PATH": "/usr/bin:/bin"}
+    for _ in range(2):
+        out = subprocess.run(gameday_cmd("controlplane", "migrate"), env=env,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "schema at revision 0001" in out.stdout
+    bad = tmp_path / "seed.yaml"
+    bad.write_text("projects: [{name: p, token: short}]\n")
+    out = subprocess.run(gameday_cmd("controlplane", "seed", "--file", str(bad)), env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "token too short" in out.stderr
+    bad.write_text("projets: []\n")
+    out = subprocess.run(gameday_cmd("controlplane", "seed", "--file", str(bad)), env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "unknown keys ['projets']" in out.stderr
