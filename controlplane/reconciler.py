@@ -26,6 +26,7 @@ class ReconcilerSettings:
     retry_base: float = 1.0
     progress_stale_seconds: float = 60.0
     gauge_interval: float = 2.0
+    blocked_recheck_seconds: float = 10.0
 
 
 class Reconciler:
@@ -33,6 +34,8 @@ class Reconciler:
         self.s = settings
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        self._fleet: tuple | None = None  # last fleet seen by routing; None = re-check blocked
+        self._last_full = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -80,8 +83,12 @@ class Reconciler:
         metrics.RECONCILER_PASSES.labels("expire").inc()
         await scheduling.wake_retries(conn)
         await scheduling.enforce_timeouts(conn)
-        st = await scheduling.schedule(conn, alive_seconds=self.s.agent_timeout,
-                                       lease_seconds=self.s.lease_seconds)
+        now = asyncio.get_running_loop().time()
+        if now - self._last_full > self.s.blocked_recheck_seconds:
+            self._fleet, self._last_full = None, now  # periodic safety net for blocked work
+        st, self._fleet = await scheduling.schedule(
+            conn, alive_seconds=self.s.agent_timeout, lease_seconds=self.s.lease_seconds,
+            last_fleet=self._fleet)
         metrics.RECONCILER_PASSES.labels("schedule").inc()
         metrics.DISPATCHES.inc(len(st.dispatched))
         for waited in st.dispatched:
@@ -112,7 +119,9 @@ class Reconciler:
                         self.s.dsn, autocommit=True, connect_timeout=3,
                         application_name="reconciler-listen") as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    async for _ in conn.notifies():
+                    async for n in conn.notifies():
+                        if n.payload != "submitted":
+                            self._fleet = None  # agents/breakers/pins changed: re-route blocked
                         self._wake.set()
             except (psycopg.Error, OSError):
                 await asyncio.sleep(1.0)

@@ -66,8 +66,10 @@ class StorageConfig:
     # botocore's defaults (60 s read timeout, legacy retries) hang for minutes when the
     # endpoint is SIGSTOPped (DESIGN.md section 7): keep each call short, retry above it.
     connect_timeout: float = 2.0
-    read_timeout: float = 5.0
-    max_attempts: int = 2
+    read_timeout: float = 3.0
+    # Our own loop (ObjectStore._with_retry) retries with backoff and a deadline; botocore's
+    # retries would only multiply the time a single call can hang.
+    total_max_attempts: int = 1
 
 
 def make_s3_client(config: StorageConfig) -> S3Client:
@@ -75,7 +77,8 @@ def make_s3_client(config: StorageConfig) -> S3Client:
     botocore_config = Config(
         connect_timeout=config.connect_timeout,
         read_timeout=config.read_timeout,
-        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        # total_max_attempts counts the first try; botocore's "max_attempts" counts retries only.
+        retries={"total_max_attempts": config.total_max_attempts, "mode": "standard"},
         s3={"addressing_style": "path"},
     )
     return boto3.client(

@@ -301,7 +301,9 @@ def load_stack_config() -> StackConfig:
     # way to refuse a misspelled top-level key instead of silently ignoring it.
     prefix = f"{PROJECT}:"
     raw: dict[str, Any] = {}
-    for key, value in pulumi.runtime.config.CONFIG.items():
+    # The engine passes config as the PULUMI_CONFIG JSON bag; tests set it explicitly.
+    merged = {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
+    for key, value in merged.items():
         if not key.startswith(prefix):
             continue
         name = key[len(prefix):]

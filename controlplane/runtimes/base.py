@@ -13,9 +13,8 @@ from typing import Any, Protocol
 
 from controlplane.workload.events import WorkloadEvent
 
-WORKLOAD_KINDS = frozenset({"train"})
-# params key -> workload CLI flag; anything else is an invalid submission.
-_PARAM_FLAGS: dict[str, str] = {
+# kind -> {params key -> workload CLI flag}; anything else is an invalid submission.
+_TRAIN_FLAGS = {
     "steps": "--steps",
     "checkpoint_every": "--checkpoint-every",
     "seed": "--seed",
@@ -23,6 +22,12 @@ _PARAM_FLAGS: dict[str, str] = {
     "learning_rate": "--learning-rate",
     "step_delay": "--step-delay",
 }
+PARAM_FLAGS: dict[str, dict[str, str]] = {
+    "train": _TRAIN_FLAGS,
+    "sleep": {"seconds": "--seconds"},  # load-test filler: progress + artifacts, no compute
+    "fail": {"exit_code": "--exit-code", "seconds": "--seconds"},  # fault injection
+}
+WORKLOAD_KINDS = frozenset(PARAM_FLAGS)
 
 
 class InvalidWorkload(ValueError):
@@ -51,18 +56,19 @@ def workload_args(spec: LaunchSpec) -> list[str]:
     """The sample workload's arguments (after ``python -m controlplane.workload``)."""
     if spec.kind not in WORKLOAD_KINDS:
         raise InvalidWorkload(f"workload.kind {spec.kind!r} is not one of {sorted(WORKLOAD_KINDS)}")
-    unknown = set(spec.params) - set(_PARAM_FLAGS)
+    flags = PARAM_FLAGS[spec.kind]
+    unknown = set(spec.params) - set(flags)
     if unknown:
-        raise InvalidWorkload(f"workload.params has unknown keys {sorted(unknown)}; "
-                              f"allowed: {sorted(_PARAM_FLAGS)}")
-    args = ["--operation-id", spec.operation_id, "--attempt", str(spec.attempt_number),
-            "--bucket", spec.bucket]
+        raise InvalidWorkload(f"workload.params has unknown keys {sorted(unknown)} for kind "
+                              f"{spec.kind!r}; allowed: {sorted(flags)}")
+    args = ["--kind", spec.kind, "--operation-id", spec.operation_id,
+            "--attempt", str(spec.attempt_number), "--bucket", spec.bucket]
     if spec.s3_endpoint:
         args += ["--s3-endpoint", spec.s3_endpoint]
     for key, value in sorted(spec.params.items()):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidWorkload(f"workload.params.{key} must be a number, got {value!r}")
-        args += [_PARAM_FLAGS[key], str(value)]
+        args += [flags[key], str(value)]
     return args
 
 

@@ -79,14 +79,25 @@ async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str,
     }
 
 
+def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, bool], ...]:
+    """What blocked work's eligibility depends on: which agents exist, are up, and are open."""
+    return tuple(sorted((d.name, d.alive, d.breaker_open) for d in dests.values()))
+
+
 async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds: float,
-                   batch: int = 500) -> PassStats:
+                   batch: int = 500, last_fleet: tuple | None = None,
+                   ) -> tuple[PassStats, tuple]:
+    """Route accepted and queued work. Blocked work is looked at again only when the fleet
+    changed (agents came, went, or had their breaker flipped) or ``last_fleet`` is None:
+    re-routing thousands of blocked operations on every submission would starve the rest."""
     stats = PassStats()
     async with conn.transaction():
         cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEDULER_LOCK,))
         if not (await cur.fetchone())[0]:  # type: ignore[index]
-            return stats  # the other reconciler is routing right now
+            return stats, last_fleet or ()  # the other reconciler is routing right now
         dests = await destinations(conn, alive_seconds)
+        fleet = fleet_fingerprint(dests)
+        states = ["accepted", "queued"] + (["blocked"] if fleet != last_fleet else [])
         async with conn.cursor(row_factory=dict_row) as c:
             await c.execute("SELECT name, concurrency FROM queues")
             limits = {r["name"]: r["concurrency"] for r in await c.fetchall()}
@@ -96,13 +107,14 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             await c.execute(
                 """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
-                   WHERE o.state IN ('accepted', 'queued', 'blocked')
+                   WHERE o.state = ANY(%s)
                    ORDER BY q.priority DESC, o.priority DESC, o.created_at
-                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
+                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (states, batch))
             ops = await c.fetchall()
         for op in ops:
             await _place(conn, op, dests, limits, active, stats, lease_seconds)
-    return stats
+    # a full batch of blocked work may hide more: look again next pass
+    return stats, (None if len(ops) >= batch else fleet)  # type: ignore[return-value]
 
 
 async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Destination],

@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 _PR_SET_PDEATHSIG = 1
@@ -34,6 +35,11 @@ def die_with_parent(parent_pid: int) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m controlplane.workload", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kind", choices=["train", "sleep", "fail"], default="train",
+                   help="train: the numpy job; sleep: progress + artifacts only; fail: exit with "
+                   "--exit-code after --seconds (fault injection)")
+    p.add_argument("--seconds", type=float, default=1.0, help="duration of sleep/fail kinds")
+    p.add_argument("--exit-code", type=int, default=1, help="exit code of the fail kind")
     p.add_argument("--operation-id", required=True)
     p.add_argument("--attempt", type=int, required=True, help="attempt number (1-based)")
     p.add_argument("--steps", type=int, default=200)
@@ -58,22 +64,29 @@ def main(argv: list[str] | None = None) -> int:
     from controlplane import storage
     from controlplane.workload.events import emit
     from controlplane.workload.model import TrainConfig
-    from controlplane.workload.run import RunContext, train
+    from controlplane.workload.run import RunContext, sleep, train
 
     config = TrainConfig(steps=args.steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                          batch_size=args.batch_size, learning_rate=args.learning_rate)
     try:
         config.validate()
     except ValueError as exc:
-        emit("start_failed", str(exc), kind="deterministic")
+        emit("start_failed", str(exc), error_kind="deterministic")
         return EXIT_INVALID
     store = storage.ObjectStore.from_config(
         storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)
     )
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay)
+    if args.kind == "fail":
+        time.sleep(max(0.0, args.seconds))
+        emit("log", f"fail workload exiting with {args.exit_code} as asked")
+        return args.exit_code
     try:
         store.ensure_bucket()
-        train(ctx, config)
+        if args.kind == "sleep":
+            sleep(ctx, args.seconds)
+        else:
+            train(ctx, config)
     except ValueError as exc:  # e.g. a checkpoint from a different configuration
         emit("log", f"invalid input: {exc}")
         return EXIT_INVALID

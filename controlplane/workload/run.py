@@ -6,6 +6,8 @@ import json
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from controlplane import storage
 from controlplane.workload import model
 from controlplane.workload.events import emit
@@ -39,6 +41,29 @@ def _pause_reporter(key: str, attempt: int, error: Exception) -> None:
              storage_unavailable=True, key=key, tries=attempt)
 
 
+def _finish(ctx: RunContext, weights: bytes, metrics: dict[str, object]) -> None:
+    """Artifacts, then COMPLETE.json last; then tell the agent where they are."""
+    manifest = storage.write_artifacts(
+        ctx.store, ctx.operation_id, ctx.attempt,
+        {"model.npy": weights, "metrics.json": json.dumps(metrics, sort_keys=True).encode()},
+        extra={"operation_id": ctx.operation_id, "attempt": ctx.attempt, "steps": metrics["steps"]},
+    )
+    prefix = storage.artifact_prefix(ctx.operation_id, ctx.attempt)
+    emit("artifact_written", f"artifacts at {prefix}", prefix=prefix,
+         files=sorted(manifest["files"]), weights_sha256=metrics["weights_sha256"])
+
+
+def sleep(ctx: RunContext, seconds: float) -> None:
+    """Load-test filler: progress for ``seconds``, then an (empty) model as artifact."""
+    ctx.store.on_retry = _pause_reporter
+    ticks = max(1, int(seconds / 0.1))
+    for i in range(ticks):
+        time.sleep(seconds / ticks)
+        emit("progress", "", step=i + 1, total=ticks)
+    weights = model.npy_bytes(np.zeros(0))
+    _finish(ctx, weights, {"steps": ticks, "weights_sha256": storage.sha256_hex(weights)})
+
+
 def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
     config.validate()
     ctx.store.on_retry = _pause_reporter
@@ -63,12 +88,5 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
         "resumed_from_step": resumed_from, "steps_computed": state.step - resumed_from,
         "weights_sha256": storage.sha256_hex(weights),
     }
-    manifest = storage.write_artifacts(
-        ctx.store, ctx.operation_id, ctx.attempt,
-        {"model.npy": weights, "metrics.json": json.dumps(metrics, sort_keys=True).encode()},
-        extra={"operation_id": ctx.operation_id, "attempt": ctx.attempt, "steps": state.step},
-    )
-    prefix = storage.artifact_prefix(ctx.operation_id, ctx.attempt)
-    emit("artifact_written", f"artifacts at {prefix}", prefix=prefix,
-         files=sorted(manifest["files"]), weights_sha256=metrics["weights_sha256"])
+    _finish(ctx, weights, metrics)
     return metrics

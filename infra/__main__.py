@@ -1,0 +1,148 @@
+"""Pulumi program (``main: infra/``): read config, build components, export.
+
+Every decision that depends on recovery objectives is made in ``infra.objectives`` from
+the specs in slo/; a stack config that contradicts them stops here with a clear error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Pulumi runs this directory as a script: make the repository root importable so the
+# program can use the `infra` and `slo` packages without an install step.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import objectives as obj
+from infra import slo_source
+from infra.components.artifacts import ArtifactStore
+from infra.components.cluster import Cluster
+from infra.components.common import Naming
+from infra.components.controlplane import ControlPlane, ControlPlaneInputs
+from infra.components.database import Database
+from infra.components.encryption import DataKey
+from infra.components.identity import WorkloadIdentity
+from infra.components.network import Network
+from infra.components.nodepools import NodePool, NvidiaDevicePlugin
+from infra.components.observability import Observability
+from infra.components.registry import Registry
+from infra.config import aws_region, load_stack_config
+
+# --- config and objectives (all validation before any resource is declared) ----------
+cfg = load_stack_config()
+region = aws_region()
+env = cfg.environment
+objectives = slo_source.load_objectives(env.value)
+db_settings = obj.derive_database_settings(objectives["db-primary-loss"], cfg.database, env)
+artifact_settings = obj.derive_artifact_settings(
+    objectives["artifact-store-unavailable"], cfg.artifacts, region
+)
+api_settings = obj.derive_api_settings(objectives["api-replica-loss"], cfg.control_plane.api)
+obj.check_gpu_interruptions(objectives["node-interruption-checkpoint"], cfg.node_pools.gpu)
+
+naming = Naming(pulumi.get_project(), pulumi.get_stack(), env.value, cfg.owner, cfg.cost_center)
+p = naming.prefix
+account_id = aws.get_caller_identity_output().account_id
+
+# --- AWS --------------------------------------------------------------------------------
+key = DataKey(f"{p}-data", naming, region, account_id)
+network = Network(f"{p}-net", cfg.network, naming, region, key.arn)
+pools = {"system": cfg.node_pools.system, "cpu": cfg.node_pools.cpu, "gpu": cfg.node_pools.gpu}
+cluster = Cluster(
+    f"{p}-cluster", cfg.cluster, naming, network.vpc_id, network.public_subnet_ids,
+    network.private_subnet_ids, key.arn, list(pools), deletion_protection=env.protected,
+)
+node_pools = {
+    name: NodePool(f"{p}-pool-{name}", name, pool_cfg, naming, cluster.cluster,
+                   cluster.node_roles[name], network.private_subnet_ids)
+    for name, pool_cfg in pools.items()
+}
+registry = Registry(f"{p}-ecr", cfg.registry, naming, key.arn)
+artifacts = ArtifactStore(f"{p}-artifacts", cfg.artifacts, artifact_settings, naming, key.arn, account_id)
+database = Database(
+    f"{p}-db", cfg.database, db_settings, naming, network.vpc_id, network.database_subnet_ids,
+    cluster.security_group_id, key.arn,
+)
+
+# --- workload identities: each service account gets exactly what it needs --------------
+bucket_arn, objects_arn = artifacts.bucket_arn, pulumi.Output.concat(artifacts.bucket_arn, "/*")
+read_artifacts = [
+    {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+    {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects_arn]},
+    {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key.arn]},
+]
+write_artifacts = [
+    {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+    {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+     "Resource": [pulumi.Output.concat(bucket_arn, "/checkpoints/*"),
+                  pulumi.Output.concat(bucket_arn, "/artifacts/*")]},
+    {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key.arn]},
+]
+workload_repos = [r.arn for name, r in registry.repositories.items() if name.startswith("workloads/")]
+resolve_images = [
+    # GetAuthorizationToken has no resource-level permissions; it grants no image access.
+    {"Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
+    {"Effect": "Allow", "Action": ["ecr:DescribeImages", "ecr:BatchGetImage"], "Resource": workload_repos},
+]
+cp_ns = cfg.control_plane.namespace
+grants: dict[str, tuple[str, str, list]] = {
+    "api": (cp_ns, "api", read_artifacts),
+    "reconciler": (cp_ns, "reconciler", read_artifacts),
+    "external-secrets-db": (cp_ns, "external-secrets-db", [
+        {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+         "Resource": [database.master_secret_arn]},
+        {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key.arn]},
+    ]),
+    **{f"agent-{pool}": (cp_ns, f"agent-{pool}", write_artifacts + resolve_images)
+       for pool in cfg.control_plane.agents},
+    **{f"workload-{ws.name}": (ws.name, "workload", write_artifacts)
+       for ws in cfg.control_plane.workload_namespaces},
+}
+role_arns: dict[str, pulumi.Input[str]] = {
+    sa: WorkloadIdentity(f"{p}-irsa-{sa}", naming, ns, name, cluster.oidc_provider_arn,
+                         cluster.oidc_provider_url, statements).role_arn
+    for sa, (ns, name, statements) in grants.items()
+}
+
+# --- Kubernetes -------------------------------------------------------------------------
+k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": cluster.provider},
+                                  depends_on=list(node_pools.values()))
+if cfg.node_pools.gpu.needs_device_plugin:
+    NvidiaDevicePlugin(f"{p}-nvidia", naming, node_pools["gpu"].labels, opts=k8s_opts)
+control_plane = ControlPlane(
+    f"{p}-cp",
+    ControlPlaneInputs(
+        cfg=cfg.control_plane, pools=cfg.node_pools, api=api_settings, region=region,
+        zones=cfg.network.availability_zones, bucket_name=artifacts.bucket_name,
+        database_address=database.address, database_secret_arn=database.master_secret_arn,
+        database_cidrs=network.database_cidrs, role_arns=role_arns,
+    ),
+    naming,
+    opts=k8s_opts,
+)
+observability = Observability(
+    f"{p}-obs", naming, objectives.rules, cfg.control_plane.namespace,
+    cfg.observability.install_prometheus_stack, database.identifier,
+    obj.derive_alarm_window(objectives["db-primary-loss"].rto_seconds),
+    cfg.database.allocated_storage_gb, artifacts.bucket_name,
+    obj.derive_alarm_window(objectives["artifact-store-unavailable"].rto_seconds),
+    artifact_settings.replicate, key.arn, cfg.observability.alarm_email,
+    opts=pulumi.ResourceOptions(providers={"kubernetes": cluster.provider}, depends_on=[control_plane]),
+)
+
+# --- exports ----------------------------------------------------------------------------
+pulumi.export("clusterName", cluster.name)
+pulumi.export("kubeconfig", pulumi.Output.secret(cluster.cluster.kubeconfig_json))
+pulumi.export("artifactBucket", artifacts.bucket_name)
+pulumi.export("databaseAddress", database.address)
+pulumi.export("databaseMultiAz", db_settings.multi_az)
+pulumi.export("databaseBackupRetentionDays", db_settings.backup_retention_days)
+pulumi.export("repositories", {k: r.repository_url for k, r in registry.repositories.items()})
+pulumi.export("controlPlaneNamespace", control_plane.namespace)
+pulumi.export("fisStopConditionAlarmArn", observability.fis_stop_alarm_arn)
+pulumi.export("alarmTopicArn", observability.alarm_topic_arn)

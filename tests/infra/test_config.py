@@ -1,0 +1,68 @@
+"""Broken stack configs fail before any resource is declared, naming key and reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError
+from tests.infra.harness import objectives_for, run_program
+
+
+def _error(stack: str, patch: dict, objectives: object = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        run_program(stack, patch, objectives=objectives)
+    return str(info.value)
+
+
+def test_unknown_instance_type_field_names_the_key() -> None:
+    msg = _error("prod", {"mlplatform:nodePools": {"gpu": {"instanceTyp": ["p5.48xlarge"]}}})
+    assert "Pulumi.prod.yaml" in msg
+    assert "mlplatform:nodePools.gpu.instanceTyp: unknown key" in msg
+
+
+def test_unknown_top_level_key_is_refused() -> None:
+    assert "unknown key(s) mlplatform:databse" in _error("dev", {"mlplatform:databse": {"x": 1}})
+
+
+def test_negative_replica_count() -> None:
+    msg = _error("staging", {"mlplatform:controlPlane": {"api": {"replicas": -1}}})
+    assert "mlplatform:controlPlane.api.replicas: Input should be greater than or equal to 1" in msg
+
+
+def test_malformed_instance_type() -> None:
+    msg = _error("dev", {"mlplatform:nodePools": {"cpu": {"instanceTypes": ["m7i"]}}})
+    assert "mlplatform:nodePools.cpu.instanceTypes[0]" in msg
+
+
+def test_prod_single_az_database_contradicts_rpo_zero() -> None:
+    msg = _error("prod", {"mlplatform:database": {"multiAz": False}})
+    assert "contradicts objective 'db-primary-loss': database.multiAz: is false" in msg
+    assert "RPO 0 acknowledged submissions" in msg
+
+
+def test_region_scoped_artifacts_without_replica_region() -> None:
+    msg = _error("prod", {"mlplatform:artifacts": {"replicaRegion": None}})
+    assert "'artifact-store-unavailable': artifacts.replicaRegion: is not set" in msg
+
+
+def test_contradictory_objective_injected() -> None:
+    """A stricter objective (dev spot GPUs may lose no checkpoint progress) refuses dev."""
+    objectives = objectives_for("dev", {"node-interruption-checkpoint": {
+        "rpo": objectives_for("dev").recovery["node-interruption-checkpoint"].rpo.model_copy(
+            update={"checkpoint_progress_intervals": 0.0})}})
+    assert "nodePools.gpu.capacityType" in _error("dev", {}, objectives)
+
+
+def test_spot_control_plane_and_spot_without_permission() -> None:
+    assert "never runs on spot" in _error("dev", {"mlplatform:nodePools": {"system": {"capacityType": "SPOT"}}})
+    assert "allowSpot is false" in _error("prod", {"mlplatform:nodePools": {"cpu": {"capacityType": "SPOT"}}})
+
+
+def test_prod_needs_three_zones_and_nat_per_az() -> None:
+    msg = _error("prod", {"mlplatform:network": {"availabilityZones": ["eu-west-1a", "eu-west-1b"]}})
+    assert "prod needs 3 availabilityZones" in msg
+
+
+def test_mutable_image_tag_refused() -> None:
+    msg = _error("dev", {"mlplatform:controlPlane": {"image": {"tag": "latest"}}})
+    assert "tag 'latest' is mutable" in msg

@@ -1,0 +1,172 @@
+"""The program under Pulumi mocks, once per stack: what it registers, per environment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.infra.harness import Run, real_rules_available
+
+RDS = "aws:rds/instance:Instance"
+MNG = "eks:index:ManagedNodeGroup"
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_cluster_is_api_auth_oidc_pinned_without_default_nodes(runs: dict[str, Run], stack: str) -> None:
+    c = runs[stack].one("eks:index:Cluster")
+    p = c.props
+    assert (p["authenticationMode"], p["createOidcProvider"], p["skipDefaultNodeGroup"]) == ("API", True, True)
+    assert p["version"] == "1.33" and p["name"] == f"mlplatform-{stack}"
+    assert p["vpcCniOptions"]["enableNetworkPolicy"] is True
+    assert p["corednsAddonOptions"]["enabled"] and p["kubeProxyAddonOptions"]["enabled"]
+
+
+def test_network_zones_nat_endpoints_flow_logs(runs: dict[str, Run]) -> None:
+    for stack, zones, nats in (("dev", 2, 1), ("staging", 2, 2), ("prod", 3, 3)):
+        run = runs[stack]
+        subnets = run.of_type("aws:ec2/subnet:Subnet")
+        assert len({s.props["availabilityZone"] for s in subnets}) == zones
+        assert len(run.of_type("aws:ec2/natGateway:NatGateway")) == nats
+        services = sorted(e.props["serviceName"].rsplit(".", 2)[-2:][-1] if "ecr" not in e.props["serviceName"]
+                          else e.props["serviceName"].split("eu-west-1.")[1]
+                          for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint"))
+        assert services == ["ecr.api", "ecr.dkr", "s3", "sts"]
+        assert run.one("aws:ec2/flowLog:FlowLog").props["trafficType"] == "ALL"
+
+
+def test_node_pools(runs: dict[str, Run]) -> None:
+    for stack, run in runs.items():
+        pools = {r.props["labels"]["platform.gameday/pool"]: r.props for r in run.of_type(MNG)}
+        assert set(pools) == {"system", "cpu", "gpu"}
+        assert pools["system"]["capacityType"] == "ON_DEMAND"
+        gpu = pools["gpu"]
+        assert gpu["scalingConfig"]["minSize"] == 0
+        assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in gpu["taints"]
+        assert gpu["amiType"] in ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA")
+        assert gpu["labels"]["platform.gameday/accelerator"].startswith("nvidia-")
+        assert gpu["capacityType"] == ("ON_DEMAND" if stack == "prod" else "SPOT")
+        # Device plugin only where the AMI lacks it (staging runs Bottlerocket).
+        plugins = [r for r in run.of_type("kubernetes:apps/v1:DaemonSet")
+                   if r.props["metadata"]["name"] == "nvidia-device-plugin"]
+        assert len(plugins) == (0 if gpu["amiType"].startswith("BOTTLEROCKET") else 1)
+
+
+def test_registries_immutable_scanned_kms_with_lifecycle(runs: dict[str, Run]) -> None:
+    run = runs["prod"]
+    repos = run.of_type("aws:ecr/repository:Repository")
+    assert {r.props["name"] for r in repos} == {"mlplatform-prod/controlplane", "mlplatform-prod/workloads/trainer"}
+    for r in repos:
+        assert r.props["imageTagMutability"] == "IMMUTABLE"
+        assert r.props["imageScanningConfiguration"]["scanOnPush"] is True
+        assert r.props["encryptionConfigurations"][0]["encryptionType"] == "KMS"
+    rules = [json.loads(p.props["policy"])["rules"] for p in run.of_type("aws:ecr/lifecyclePolicy:LifecyclePolicy")]
+    assert len(rules) == 2 and all(len(r) == 2 for r in rules)
+
+
+def test_artifact_replication_follows_objective_scope(runs: dict[str, Run]) -> None:
+    # prod's artifact-store-unavailable objective has scope "region"; dev/staging "zone".
+    assert len(runs["prod"].of_type("aws:s3/bucketReplicationConfig:BucketReplicationConfig")) == 1
+    assert len(runs["prod"].of_type("aws:s3/bucket:Bucket")) == 2
+    for stack in ("dev", "staging"):
+        assert runs[stack].of_type("aws:s3/bucketReplicationConfig:BucketReplicationConfig") == []
+    lifecycle = runs["dev"].one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    ids = {r["id"] for r in lifecycle.props["rules"]}
+    assert ids == {"abort-incomplete-uploads", "expire-noncurrent-versions"}
+
+
+def test_database_follows_objectives(runs: dict[str, Run]) -> None:
+    from slo.specs import load_specs
+
+    for stack, run in runs.items():
+        ro = load_specs(env=stack).recovery_objectives["db-primary-loss"]
+        db = run.one(RDS).props
+        assert db["multiAz"] is True  # RPO 0 acknowledged submissions in every env
+        assert db["backupRetentionPeriod"] >= (ro.backup_retention_days or 1)
+        assert db["manageMasterUserPassword"] is True and db["storageEncrypted"] is True
+        assert db["deletionProtection"] is (stack != "dev")
+        assert db["skipFinalSnapshot"] is (stack == "dev")
+        if stack != "dev":
+            assert db["finalSnapshotIdentifier"] == f"mlplatform-{stack}-controlplane-final"
+    assert runs["prod"].one(RDS).props["backupRetentionPeriod"] == 35
+
+
+def test_control_plane_deployments(runs: dict[str, Run]) -> None:
+    run = runs["prod"]
+    deps = {d.props["metadata"]["name"]: d.props for d in run.of_type("kubernetes:apps/v1:Deployment")}
+    assert set(deps) == {"controlplane-api", "controlplane-reconciler", "controlplane-agent-cpu",
+                         "controlplane-agent-gpu"}
+    api = deps["controlplane-api"]
+    assert api["spec"]["replicas"] == 3
+    pod = api["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"].endswith("@sha256:" + "0" * 64)
+    assert c["args"][:2] == ["controlplane", "api"] and c["command"] == ["gameday"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    zone = pod["topologySpreadConstraints"][0]
+    assert (zone["topologyKey"], zone["whenUnsatisfiable"]) == ("topology.kubernetes.io/zone", "DoNotSchedule")
+    gpu_agent = deps["controlplane-agent-gpu"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert gpu_agent[gpu_agent.index("--runtime") + 1] == "kubernetes"
+    assert gpu_agent[gpu_agent.index("--pool") + 1] == "gpu"
+    pdbs = {p.props["metadata"]["name"]: p.props for p in run.of_type("kubernetes:policy/v1:PodDisruptionBudget")}
+    assert pdbs["controlplane-api"]["spec"]["minAvailable"] == 2
+
+
+def test_workloads_cannot_reach_database(runs: dict[str, Run]) -> None:
+    run = runs["prod"]
+    policy = next(r.props for r in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                  if r.props["metadata"]["name"] == "workload-isolation")
+    db_cidrs = sorted(s.props["cidrBlock"] for s in run.of_type("aws:ec2/subnet:Subnet")
+                      if "-database-" in s.name)
+    ports = sorted(p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"])
+    assert 5432 not in ports
+    ip_rule = next(r for r in policy["spec"]["egress"] if "ipBlock" in r["to"][0])
+    assert sorted(ip_rule["to"][0]["ipBlock"]["except"]) == db_cidrs
+    db_sg = run.one("aws:ec2/securityGroup:SecurityGroup", "-db-sg").props
+    assert db_sg["ingress"][0]["securityGroups"] == ["sg-cluster"]
+    quotas = run.of_type("kubernetes:core/v1:ResourceQuota")
+    assert quotas[0].props["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
+
+
+def test_workload_identity_scoped_to_exact_resources(runs: dict[str, Run]) -> None:
+    run = runs["prod"]
+    trusts = {r.props["tags"]["platform.gameday/service-account"]: json.loads(r.props["assumeRolePolicy"])
+              for r in run.of_type("aws:iam/role:Role") if "platform.gameday/service-account" in r.props["tags"]}
+    assert "mlp-workloads/workload" in trusts and "mlp-controlplane/api" in trusts
+    for sa, doc in trusts.items():
+        cond = doc["Statement"][0]["Condition"]["StringEquals"]
+        assert f"system:serviceaccount:{sa.replace('/', ':')}" in cond.values()
+    policies = {r.name: json.loads(r.props["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy")}
+    esod = policies["mlplatform-prod-irsa-external-secrets-db-policy"]["Statement"][0]
+    assert esod["Resource"] == [run.one(RDS).props["masterUserSecrets"][0]["secretArn"]]
+
+
+def test_every_resource_named_from_project_and_stack(runs: dict[str, Run]) -> None:
+    for stack, run in runs.items():
+        bad = [r.name for r in run.resources if not r.name.startswith(f"mlplatform-{stack}")]
+        assert bad == []
+
+
+def test_observability(runs: dict[str, Run]) -> None:
+    run = runs["prod"]
+    rule = run.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    assert rule.props["spec"]["groups"]
+    alarms = {a.props["name"]: a.props for a in run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm")}
+    assert "mlplatform-prod-s3-replication-failed" in alarms
+    assert alarms["mlplatform-prod-rds-cpu"]["evaluationPeriods"] == 1  # RTO 120s -> detect in 60s
+    stop = run.one("aws:cloudwatch/compositeAlarm:CompositeAlarm").props
+    assert stop["alarmRule"].count("ALARM(") == len(alarms)
+
+
+@pytest.mark.skipif(not real_rules_available(), reason="slo.rules has not landed yet")
+def test_prometheus_rules_are_exactly_what_slo_generates(runs: dict[str, Run]) -> None:
+    from slo.rules import generate_rules
+    from slo.specs import load_specs
+
+    rule = runs["prod"].one("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    expected = generate_rules(load_specs(env="prod"))["groups"]
+    got = rule.props["spec"]["groups"]
+    assert [g["name"] for g in got] == [g["name"] for g in expected]
+    assert [[r.get("alert") or r.get("record") for r in g["rules"]] for g in got] == [
+        [r.get("alert") or r.get("record") for r in g["rules"]] for g in expected]
