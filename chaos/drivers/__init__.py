@@ -1,0 +1,1 @@
+"""Fault drivers: one implementation of the fault primitives per environment kind."""
