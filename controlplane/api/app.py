@@ -163,18 +163,27 @@ def create_app(settings: Settings) -> FastAPI:
 
     # ---- operations (users) -------------------------------------------------------------
     @app.post("/v1/operations", status_code=201, tags=["operations"])
-    async def submit(spec: OperationSpec, p: User, c: Conn, response: Response,
+    async def submit(spec: OperationSpec, p: User, response: Response,
                      idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
         if not idempotency_key or len(idempotency_key) > 200:
             metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
             raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
         doc = spec.model_dump(mode="json")
-        try:
-            res = await op_store.submit(c, project_id=p.project_id, key=idempotency_key,  # type: ignore[arg-type]
-                                        spec=doc, actor=f"user:{p.project}")
-        except (Conflict, InvalidReference):
-            metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
-            raise
+        for attempt in (1, 2):
+            try:
+                async with pool.connection() as c:
+                    res = await op_store.submit(c, project_id=p.project_id,  # type: ignore[arg-type]
+                                                key=idempotency_key, spec=doc,
+                                                actor=f"user:{p.project}")
+                break
+            except (Conflict, InvalidReference):
+                metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
+                raise
+            except psycopg.OperationalError:
+                # a pooled connection broken by a failover: the statement is idempotent
+                # (ON CONFLICT on the key), so one retry on a fresh connection is safe
+                if attempt == 2:
+                    raise
         metrics.SUBMISSIONS.labels(p.project, spec.queue,
                                    "accepted" if res.created else "duplicate").inc()
         if not res.created:
