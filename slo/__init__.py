@@ -1,0 +1,7 @@
+"""SLOs, recovery objectives, evidence, gate and report (DESIGN.md section 2).
+
+specs/      OpenSLO + RecoveryObjective specs and their loader (`load_specs`)
+evidence    run-directory loader (docs/EVIDENCE.md)
+sli, budget, scoring   pure math
+evaluate    evidence + specs -> Verdict;  report/junit/charts: outputs;  rules: Prometheus rules
+"""

@@ -37,9 +37,21 @@ def objective_met(value: float | None, target: float) -> bool | None:
     return None if value is None else value >= target
 
 
-def scaled_window(default_seconds: float, slo_window_seconds: float, floor_seconds: float,
-                  reference_window_seconds: float = 30 * 86400.0) -> float:
+def scaled_window(
+    default_seconds: float,
+    slo_window_seconds: float,
+    floor_seconds: float,
+    reference_window_seconds: float = 30 * 86400.0,
+) -> float:
     """Burn-rate alert window scaled from the 30d reference to the SLO window, never below
     `floor_seconds` (rate() needs several scrapes). Scaling keeps each window pair spending
     the same share of budget as the SRE-workbook defaults."""
     return max(floor_seconds, default_seconds * slo_window_seconds / reference_window_seconds)
+
+
+def value_at_full_budget(target: float, duration_seconds: float, window_seconds: float) -> float:
+    """The SLI value that, held for `duration_seconds`, spends exactly one window's budget.
+    A run worse than the target but better than this still fits the window (a warning)."""
+    if duration_seconds <= 0:
+        return target
+    return max(0.0, 1.0 - (1.0 - target) * window_seconds / duration_seconds)

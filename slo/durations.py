@@ -19,11 +19,9 @@ _UNITS: dict[str, float] = {
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 
 
-def parse_duration(text: str | int | float) -> float:
+def parse_duration(text: str | float) -> float:
     """Seconds for "1h30m"-style strings; bare numbers are seconds. ValueError if malformed."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a duration: {text!r}")
-    if isinstance(text, (int, float)):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"duration must not be negative: {text!r}")
         return float(text)
@@ -43,7 +41,7 @@ def parse_duration(text: str | int | float) -> float:
 
 def format_duration(seconds: float) -> str:
     """Shortest Prometheus duration for `seconds`, rounded to whole seconds (>= 1s)."""
-    rest = max(1, int(round(seconds)))
+    rest = max(1, round(seconds))
     out = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if rest >= size:

@@ -8,7 +8,7 @@ typed data with no platform specifics, so SLI math (sli.py) works for any adapte
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -21,7 +21,7 @@ class EvidenceError(Exception):
 
 def _as_utc(value: datetime) -> datetime:
     # Chaos Toolkit journals carry naive UTC timestamps; treat every naive time as UTC.
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
@@ -313,14 +313,18 @@ def _parse_prometheus(raw: Any, name: str, where: str) -> PromQuery:
     response = raw.get("response", raw)
     data = response.get("data") if isinstance(response, dict) else None
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        raise EvidenceError(f"{where}: field response.data.resultType: must be 'matrix' (query_range)")
+        raise EvidenceError(
+            f"{where}: field response.data.resultType: must be 'matrix' (query_range)"
+        )
     series = []
     for i, item in enumerate(data.get("result") or []):
         try:
             values = tuple((float(t), float(v)) for t, v in item.get("values", []))
             series.append(PromSeries(metric=item.get("metric", {}), values=values))
         except (TypeError, ValueError, AttributeError, ValidationError):
-            raise EvidenceError(f"{where}: field response.data.result[{i}]: not a matrix series") from None
+            raise EvidenceError(
+                f"{where}: field response.data.result[{i}]: not a matrix series"
+            ) from None
     return PromQuery(name=name, query=str(raw.get("query", "")), series=tuple(series))
 
 
@@ -349,7 +353,9 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     prometheus: dict[str, PromQuery] = {}
     prom_dir = root / "prometheus"
     for path in sorted(prom_dir.glob("*.json")) if prom_dir.is_dir() else []:
-        prometheus[path.stem] = _parse_prometheus(_read_json(path, root), path.stem, _rel(path, root))
+        prometheus[path.stem] = _parse_prometheus(
+            _read_json(path, root), path.stem, _rel(path, root)
+        )
     if any(e.journal.gameday.expected_alerts for e in experiments) and "alerts" not in prometheus:
         raise EvidenceError(
             "prometheus/alerts.json: missing, but experiments expect alerts (query_range of ALERTS)"

@@ -9,9 +9,9 @@ are left out of the score rather than counted as failures (as Krkn's score does)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
 
 
 class Status(str, Enum):
@@ -31,7 +31,9 @@ _OPS = {
     ">=": lambda a, b: a >= b,
     "=": lambda a, b: a == b,
 }
-_CRITERION = re.compile(r"^\s*(<=|>=|<|>|=)\s*([+-]?)(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(%?)\s*$", re.I)
+_CRITERION = re.compile(
+    r"^\s*(<=|>=|<|>|=)\s*([+-]?)(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(%?)\s*$", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ def gate_outcome(checks: Iterable[Scored], pass_score: float, warning_score: flo
     if total_weight <= 0:
         # nothing measurable: a gate with no evidence must not pass
         return GateOutcome(Status.FAIL, None, key_failed)
-    score = 100.0 * sum(c.weight * c.status.score for c in items if c.status) / total_weight
+    raw = 100.0 * sum(c.weight * c.status.score for c in items if c.status) / total_weight
+    score = round(raw, 6)  # 89.9999999 must not fail a 90 threshold
     if key_failed or score < warning_score:
         status = Status.FAIL
     elif score < pass_score:

@@ -1,8 +1,8 @@
 """SLO and recovery-objective specs (package data under this directory) and their loader.
 
-    from slo.specs import load_specs
-    specs = load_specs(env="prod")
-    specs.recovery_objectives["db-primary-loss"].rto_seconds
+from slo.specs import load_specs
+specs = load_specs(env="prod")
+specs.recovery_objectives["db-primary-loss"].rto_seconds
 """
 
 from __future__ import annotations

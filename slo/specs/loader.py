@@ -54,6 +54,8 @@ KNOWN_SLIS: tuple[str, ...] = (
 )
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_VARS = {"window", "threshold"}
+# the C loader when libyaml is there: specs load on every evaluate and rules call
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -134,7 +136,7 @@ def _read_docs(path: Path, root: Path) -> list[_Doc]:
     except ValueError:
         rel = str(path)
     try:
-        raw_docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        raw_docs = list(yaml.load_all(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER))
     except OSError as exc:
         raise SpecError(f"{rel}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -210,7 +212,9 @@ def _parse_sli(doc: _Doc) -> Indicator:
         prom = None
         if bad is not None and total is not None:
             prom = PromSource(
-                bad=_check_query(doc, "spec.ratioMetric.bad.metricSource.spec.query", bad.get("query")),
+                bad=_check_query(
+                    doc, "spec.ratioMetric.bad.metricSource.spec.query", bad.get("query")
+                ),
                 total=_check_query(
                     doc, "spec.ratioMetric.total.metricSource.spec.query", total.get("query")
                 ),
@@ -225,7 +229,9 @@ def _parse_sli(doc: _Doc) -> Indicator:
             if ("query" in src) == ("goodQuery" in src):
                 raise doc.error(field, "needs exactly one of query, goodQuery")
             if "goodQuery" in src:
-                prom = PromSource(good_query=_check_query(doc, f"{field}.goodQuery", src["goodQuery"]))
+                prom = PromSource(
+                    good_query=_check_query(doc, f"{field}.goodQuery", src["goodQuery"])
+                )
             else:
                 prom = PromSource(
                     query=_check_query(doc, f"{field}.query", src.get("query")),
@@ -245,7 +251,9 @@ def _parse_condition(doc: _Doc) -> AlertCondition:
     spec = doc.mapping("spec", required=True)
     doc.only_keys("spec", spec, {"description", "severity", "condition"})
     cond = doc.mapping("spec.condition", required=True)
-    doc.only_keys("spec.condition", cond, {"kind", "op", "threshold", "lookbackWindow", "alertAfter"})
+    doc.only_keys(
+        "spec.condition", cond, {"kind", "op", "threshold", "lookbackWindow", "alertAfter"}
+    )
     if cond.get("kind") != "burnrate":
         raise doc.error("spec.condition.kind", "only burnrate conditions are supported")
     if cond.get("op", "gte") not in ("gt", "gte"):
@@ -253,7 +261,9 @@ def _parse_condition(doc: _Doc) -> AlertCondition:
     annotations = doc.mapping("metadata.annotations")
     short = annotations.get("gameday/shortWindow")
     if short is None:
-        raise doc.error("metadata.annotations.gameday/shortWindow", "is required (multi-window alert)")
+        raise doc.error(
+            "metadata.annotations.gameday/shortWindow", "is required (multi-window alert)"
+        )
     data = {
         "name": doc.name,
         "severity": spec.get("severity"),
@@ -269,7 +279,9 @@ def _parse_condition(doc: _Doc) -> AlertCondition:
         {"severity": "spec.severity", "burn_rate": "spec.condition.threshold"},
     )
     if result.short_window_seconds >= result.long_window_seconds:
-        raise doc.error("metadata.annotations.gameday/shortWindow", "must be shorter than lookbackWindow")
+        raise doc.error(
+            "metadata.annotations.gameday/shortWindow", "must be shorter than lookbackWindow"
+        )
     return result
 
 
@@ -278,8 +290,14 @@ def _parse_policy(doc: _Doc, conditions: dict[str, AlertCondition]) -> AlertPoli
     doc.only_keys(
         "spec",
         spec,
-        {"description", "alertWhenNoData", "alertWhenResolved", "alertWhenBreaching", "conditions",
-         "notificationTargets"},
+        {
+            "description",
+            "alertWhenNoData",
+            "alertWhenResolved",
+            "alertWhenBreaching",
+            "conditions",
+            "notificationTargets",
+        },
     )
     refs = spec.get("conditions")
     if not isinstance(refs, list) or not refs:
@@ -288,9 +306,13 @@ def _parse_policy(doc: _Doc, conditions: dict[str, AlertCondition]) -> AlertPoli
     for i, ref in enumerate(refs):
         name = ref.get("conditionRef") if isinstance(ref, dict) else None
         if name not in conditions:
-            raise doc.error(f"spec.conditions[{i}].conditionRef", f"no AlertCondition named {name!r}")
+            raise doc.error(
+                f"spec.conditions[{i}].conditionRef", f"no AlertCondition named {name!r}"
+            )
         found.append(conditions[name])
-    return AlertPolicy(name=doc.name, description=str(spec.get("description", "")), conditions=tuple(found))
+    return AlertPolicy(
+        name=doc.name, description=str(spec.get("description", "")), conditions=tuple(found)
+    )
 
 
 def _parse_slo(
@@ -302,8 +324,15 @@ def _parse_slo(
     doc.only_keys(
         "spec",
         spec,
-        {"description", "service", "indicatorRef", "timeWindow", "budgetingMethod", "objectives",
-         "alertPolicies"},
+        {
+            "description",
+            "service",
+            "indicatorRef",
+            "timeWindow",
+            "budgetingMethod",
+            "objectives",
+            "alertPolicies",
+        },
     )
     ref = spec.get("indicatorRef")
     if ref not in indicators:
@@ -316,7 +345,11 @@ def _parse_slo(
         raise doc.error("spec.timeWindow[0].isRolling", "only rolling windows are supported")
     window = doc.duration("spec.timeWindow[0].duration", windows[0].get("duration"))
     objectives = spec.get("objectives")
-    if not isinstance(objectives, list) or len(objectives) != 1 or not isinstance(objectives[0], dict):
+    if (
+        not isinstance(objectives, list)
+        or len(objectives) != 1
+        or not isinstance(objectives[0], dict)
+    ):
         raise doc.error("spec.objectives", "must be a list with exactly one objective")
     raw_obj = objectives[0]
     doc.only_keys(
@@ -338,7 +371,9 @@ def _parse_slo(
     objective = doc.build(
         Objective, obj_data, {k: "spec.objectives[0]." + _camel(k) for k in obj_data}
     )
-    if indicator.kind is IndicatorKind.THRESHOLD and (objective.op is None or objective.value is None):
+    if indicator.kind is IndicatorKind.THRESHOLD and (
+        objective.op is None or objective.value is None
+    ):
         raise doc.error("spec.objectives[0].op", "threshold SLIs need op and value")
     budgeting_raw = spec.get("budgetingMethod")
     try:
@@ -346,9 +381,9 @@ def _parse_slo(
     except ValueError:
         raise doc.error("spec.budgetingMethod", "must be Occurrences or Timeslices") from None
     prom = indicator.prometheus
-    if prom is not None and indicator.kind is IndicatorKind.THRESHOLD and not prom.histogram:
-        if budgeting is not Budgeting.TIMESLICES:
-            raise doc.error("spec.budgetingMethod", "a gauge threshold SLI needs Timeslices budgeting")
+    gauge = prom is not None and indicator.kind is IndicatorKind.THRESHOLD and not prom.histogram
+    if gauge and budgeting is not Budgeting.TIMESLICES:
+        raise doc.error("spec.budgetingMethod", "a gauge threshold SLI needs Timeslices budgeting")
     found: list[AlertPolicy] = []
     for i, ref_item in enumerate(spec.get("alertPolicies") or []):
         name = ref_item if isinstance(ref_item, str) else (ref_item or {}).get("alertPolicyRef")
@@ -384,17 +419,31 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
     doc.only_keys(
         "spec",
         spec,
-        {"failureClass", "description", "rto", "rpo", "expectedAlerts", "runbook", "slos",
-         "backupRetentionDays", "scope"},
+        {
+            "failureClass",
+            "description",
+            "rto",
+            "rpo",
+            "expectedAlerts",
+            "runbook",
+            "slos",
+            "backupRetentionDays",
+            "scope",
+        },
     )
     fc = spec.get("failureClass")
     if fc not in FAILURE_CLASSES:
-        raise doc.error("spec.failureClass", f"unknown failure class {fc!r} (known: {', '.join(FAILURE_CLASSES)})")
+        raise doc.error(
+            "spec.failureClass",
+            f"unknown failure class {fc!r} (known: {', '.join(FAILURE_CLASSES)})",
+        )
     if doc.name != fc:
         raise doc.error("metadata.name", f"must equal spec.failureClass ({fc!r})")
     rpo_raw = doc.mapping("spec.rpo", required=True)
     doc.only_keys(
-        "spec.rpo", rpo_raw, {"acknowledgedSubmissions", "checkpointProgressIntervals", "artifacts", "restorePoint"}
+        "spec.rpo",
+        rpo_raw,
+        {"acknowledgedSubmissions", "checkpointProgressIntervals", "artifacts", "restorePoint"},
     )
     rpo_data: dict[str, Any] = {
         "acknowledged_submissions": rpo_raw.get("acknowledgedSubmissions"),
@@ -402,7 +451,9 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
         "artifacts": rpo_raw.get("artifacts"),
     }
     if rpo_raw.get("restorePoint") is not None:
-        rpo_data["restore_point_seconds"] = doc.duration("spec.rpo.restorePoint", rpo_raw["restorePoint"])
+        rpo_data["restore_point_seconds"] = doc.duration(
+            "spec.rpo.restorePoint", rpo_raw["restorePoint"]
+        )
     rpo = doc.build(Rpo, rpo_data, {k: "spec.rpo." + _camel(k) for k in rpo_data})
     meta = doc.mapping("metadata")
     for list_field in ("expectedAlerts", "slos"):
@@ -418,19 +469,25 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
             "description": str(spec.get("description", "")),
             "rto_seconds": doc.duration("spec.rto", doc.get("spec.rto", required=True)),
             "rpo": rpo,
-            "expected_alerts": tuple(spec.get("expectedAlerts", [])),
+            "expected_alerts": list(spec.get("expectedAlerts", [])),
             "runbook": spec.get("runbook", fc),
-            "slos": tuple(spec.get("slos", [])),
+            "slos": list(spec.get("slos", [])),
             "backup_retention_days": spec.get("backupRetentionDays"),
             "scope": spec.get("scope"),
             "source": doc.file,
         },
-        {"rto_seconds": "spec.rto", "runbook": "spec.runbook", "scope": "spec.scope",
-         "backup_retention_days": "spec.backupRetentionDays"},
+        {
+            "rto_seconds": "spec.rto",
+            "runbook": "spec.runbook",
+            "scope": "spec.scope",
+            "backup_retention_days": "spec.backupRetentionDays",
+        },
     )
     if fc == "db-primary-loss":
         if ro.rpo.restore_point_seconds is None:
-            raise doc.error("spec.rpo.restorePoint", "is required for db-primary-loss (drives backups)")
+            raise doc.error(
+                "spec.rpo.restorePoint", "is required for db-primary-loss (drives backups)"
+            )
         if ro.backup_retention_days is None:
             raise doc.error("spec.backupRetentionDays", "is required for db-primary-loss")
     if fc == "artifact-store-unavailable" and ro.scope is None:
@@ -509,7 +566,9 @@ def _apply_slo_override(slo_doc: _Doc, patch: dict[str, Any], env_doc: _Doc, fie
         if not isinstance(obj, dict):
             raise env_doc.error(f"{field}.objective", "must be a mapping")
         env_doc.only_keys(
-            f"{field}.objective", obj, {"target", "value", "timeSliceTarget", "timeSliceWindow", "displayName"}
+            f"{field}.objective",
+            obj,
+            {"target", "value", "timeSliceTarget", "timeSliceWindow", "displayName"},
         )
         objectives = spec.get("objectives") or [{}]
         objectives[0] = _deep_merge(objectives[0], obj)
@@ -535,11 +594,15 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     allowed = {"SLI", "SLO", "AlertPolicy", "AlertCondition", "RecoveryObjective"}
     for kind, docs in by_kind.items():
         if kind not in allowed:
-            raise docs[0].error("kind", f"unsupported kind (supported: {', '.join(sorted(allowed))})")
+            raise docs[0].error(
+                "kind", f"unsupported kind (supported: {', '.join(sorted(allowed))})"
+            )
         seen: dict[str, _Doc] = {}
         for doc in docs:
             if doc.name in seen:
-                raise doc.error("metadata.name", f"duplicate {kind} (also in {seen[doc.name].file})")
+                raise doc.error(
+                    "metadata.name", f"duplicate {kind} (also in {seen[doc.name].file})"
+                )
             seen[doc.name] = doc
 
     env_path = root / "env" / f"{env}.yaml"
@@ -552,10 +615,20 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     if env_doc.name != env:
         raise env_doc.error("metadata.name", f"must be {env!r}")
     env_doc.only_keys(
-        "spec", env_doc.mapping("spec"), {"sloDefaults", "slos", "recoveryObjectives", *_SETTINGS_FIELDS}
+        "spec",
+        env_doc.mapping("spec"),
+        {"sloDefaults", "slos", "recoveryObjectives", *_SETTINGS_FIELDS},
     )
 
+    indicators = {d.name: _parse_sli(d) for d in by_kind.get("SLI", [])}
+    conditions = {d.name: _parse_condition(d) for d in by_kind.get("AlertCondition", [])}
+    policies = {d.name: _parse_policy(d, conditions) for d in by_kind.get("AlertPolicy", [])}
+    # base documents are validated as written too, so an override cannot hide a bad value
     slo_docs = {d.name: d for d in by_kind.get("SLO", [])}
+    for doc in slo_docs.values():
+        _parse_slo(copy.deepcopy(doc), indicators, policies)
+    for doc in by_kind.get("RecoveryObjective", []):
+        _parse_recovery(copy.deepcopy(doc))
     defaults = env_doc.mapping("spec.sloDefaults")
     env_doc.only_keys("spec.sloDefaults", defaults, {"timeWindow"})
     for doc in slo_docs.values():
@@ -571,16 +644,15 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     ro_docs = {d.name: d for d in by_kind.get("RecoveryObjective", [])}
     for name, patch in env_doc.mapping("spec.recoveryObjectives").items():
         if name not in ro_docs:
-            raise env_doc.error(f"spec.recoveryObjectives.{name}", "no RecoveryObjective with this name")
+            raise env_doc.error(
+                f"spec.recoveryObjectives.{name}", "no RecoveryObjective with this name"
+            )
         if not isinstance(patch, dict):
             raise env_doc.error(f"spec.recoveryObjectives.{name}", "must be a mapping")
         doc = ro_docs[name]
         doc.body["spec"] = _deep_merge(doc.body.get("spec") or {}, patch)
         doc.file = f"{doc.file} (+ {env_doc.file})"
 
-    indicators = {d.name: _parse_sli(d) for d in by_kind.get("SLI", [])}
-    conditions = {d.name: _parse_condition(d) for d in by_kind.get("AlertCondition", [])}
-    policies = {d.name: _parse_policy(d, conditions) for d in by_kind.get("AlertPolicy", [])}
     slos = tuple(_parse_slo(d, indicators, policies) for d in slo_docs.values())
     missing = [n for n in KNOWN_SLIS if n not in {s.name for s in slos}]
     if missing:
@@ -588,7 +660,9 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     recovery = {d.name: _parse_recovery(d) for d in ro_docs.values()}
     missing_ro = [fc for fc in FAILURE_CLASSES if fc not in recovery]
     if missing_ro:
-        raise SpecError(f"{root}: no RecoveryObjective for failure class(es): {', '.join(missing_ro)}")
+        raise SpecError(
+            f"{root}: no RecoveryObjective for failure class(es): {', '.join(missing_ro)}"
+        )
 
     slo_names = {s.name for s in slos}
     alert_names = {s.alert_name for s in slos if s.alert_policies}
@@ -614,12 +688,10 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
         raise env_doc.error("spec.gate.warningScore", "must not exceed passScore")
     return Specs(
         env=env,
-        slos=tuple(sorted(slos, key=lambda s: KNOWN_SLIS.index(s.name))),
+        slos=sorted(slos, key=lambda s: KNOWN_SLIS.index(s.name)),
         recovery_objectives={fc: recovery[fc] for fc in FAILURE_CLASSES},
         alert_policies=policies,
         evaluation=settings["evaluation"],  # type: ignore[arg-type]
         gate=gate,
         rules=settings["rules"],  # type: ignore[arg-type]
     )
-
-

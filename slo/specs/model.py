@@ -132,9 +132,9 @@ class RecoveryObjective(_Frozen):
     description: str
     rto_seconds: float = Field(gt=0)
     rpo: Rpo
-    expected_alerts: tuple[str, ...] = ()
+    expected_alerts: list[str] = Field(default_factory=list)
     runbook: str
-    slos: tuple[str, ...] = ()
+    slos: list[str] = Field(default_factory=list)
     backup_retention_days: int | None = Field(default=None, ge=1)
     scope: Literal["zone", "region"] | None = None
     source: str = ""
@@ -181,7 +181,7 @@ class GateSettings(_Frozen):
 
 class Specs(_Frozen):
     env: str
-    slos: tuple[Slo, ...]
+    slos: list[Slo]
     recovery_objectives: dict[str, RecoveryObjective]
     alert_policies: dict[str, AlertPolicy]
     evaluation: EvaluationSettings

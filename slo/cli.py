@@ -1,0 +1,201 @@
+"""`gameday evaluate RUN_DIR` and `gameday slo ...` (validate specs, generate rules, render)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from slo.evaluate import EXIT_EVIDENCE, evaluate_run
+from slo.evidence import EvidenceError
+from slo.specs import ENVIRONMENTS, SpecError, load_specs
+from slo.verdict import Verdict
+
+_STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", None: "dim"}
+
+
+def print_verdict(verdict: Verdict, console: Console) -> None:
+    """One row per SLI and per experiment; the reports carry the detail."""
+    from slo.report import experiment_status
+
+    table = Table(title=f"gameday verdict {verdict.run_id} ({verdict.env})")
+    for col in ("scope", "status", "measured / objective", "missed"):
+        table.add_column(col)
+    checks = {c.id: c for c in verdict.checks}
+    for s in verdict.slis:
+        c = checks.get(f"sli.{s.name}")
+        value = "n/a" if s.value is None else f"{s.value:.5g}"
+        status = c.status if c else None
+        table.add_row(
+            s.name + (" (key)" if s.key else ""),
+            f"[{_STYLE.get(status, 'dim')}]{status or 'no data'}[/]",
+            f"{value} / {s.target:g}",
+            "",
+        )
+    for e in verdict.experiments:
+        status = experiment_status(verdict, e.name)
+        rec = "not recovered" if e.recovery_seconds is None else f"{e.recovery_seconds:.0f}s"
+        missed = [
+            c.id.removeprefix(f"{e.name}.")
+            for c in verdict.checks
+            if c.experiment == e.name and c.status == "fail"
+        ]
+        if not e.experiment_ok:
+            missed.insert(0, "experiment " + ("deviated" if e.deviated else e.journal_status))
+        table.add_row(
+            e.name,
+            f"[{_STYLE[status]}]{status}[/]",
+            f"recovery {rec} / RTO {e.rto_seconds:g}s",
+            ", ".join(missed),
+        )
+    console.print(table)
+    score = f"{verdict.score:.1f}" if verdict.score is not None else "n/a"
+    console.print(
+        f"[{_STYLE[verdict.result]}]{verdict.result.upper()}[/] score {score}: {verdict.reason} "
+        f"(exit {verdict.exit_code})",
+        highlight=False,
+    )
+
+
+@click.command("evaluate")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--env",
+    type=click.Choice(ENVIRONMENTS),
+    default=None,
+    help="Objectives to judge against (default: the env in run.json).",
+)
+@click.option(
+    "--baseline-dir",
+    "baseline_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Earlier run directory (with verdict.json) for relative criteria; repeatable.",
+)
+@click.option(
+    "--relative-last",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Compare with the last N passing baseline runs only.",
+)
+@click.option(
+    "--spec-dir", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True
+)
+def evaluate_cmd(
+    run_dir: Path,
+    env: str | None,
+    baseline_dirs: tuple[Path, ...],
+    relative_last: int | None,
+    spec_dir: Path | None,
+) -> None:
+    """Recompute SLIs, recovery objectives and the gate verdict from RUN_DIR's raw evidence.
+
+    Writes verdict.json, junit.xml, report.md and report.html into RUN_DIR. Exit codes:
+    0 pass (or warning), 1 an experiment failed or deviated, 2 an objective was missed,
+    3 evidence missing or unusable (or bad specs).
+    """
+    from slo.report import write_reports
+
+    console = Console(stderr=False)
+    try:
+        verdict = evaluate_run(run_dir, env, baseline_dirs, relative_last, spec_dir)
+        specs = load_specs(verdict.env if env is None else env, spec_dir)
+    except (EvidenceError, SpecError) as exc:
+        Console(stderr=True).print(f"[bold red]evidence unusable[/]: {exc}", highlight=False)
+        sys.exit(EXIT_EVIDENCE)
+    paths = write_reports(verdict, run_dir, specs)
+    print_verdict(verdict, console)
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)
+    sys.exit(verdict.exit_code)
+
+
+@click.group("slo")
+def slo_group() -> None:
+    """Validate SLO specs, generate Prometheus rules, render reports."""
+
+
+@slo_group.command("validate")
+@click.option(
+    "--env", type=click.Choice(ENVIRONMENTS), multiple=True, help="Default: every environment."
+)
+@click.option("--spec-dir", type=click.Path(path_type=Path, file_okay=False), default=None)
+def validate_cmd(env: tuple[str, ...], spec_dir: Path | None) -> None:
+    """Load and validate the specs for each environment; print a summary."""
+    for name in env or ENVIRONMENTS:
+        try:
+            specs = load_specs(name, spec_dir)
+        except SpecError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(
+            f"{name}: {len(specs.slos)} SLOs, {len(specs.recovery_objectives)} recovery objectives, "
+            f"{len(specs.alert_names)} alerts: ok"
+        )
+
+
+@slo_group.command("rules")
+@click.option("--env", type=click.Choice(ENVIRONMENTS), default="local", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Rule file to write (default: stdout).",
+)
+@click.option("--spec-dir", type=click.Path(path_type=Path, file_okay=False), default=None)
+def rules_cmd(env: str, output: Path | None, spec_dir: Path | None) -> None:
+    """Generate Prometheus recording rules and burn-rate alerts for ENV."""
+    from slo.rules import dump_rules, generate_rules
+
+    try:
+        text = dump_rules(generate_rules(load_specs(env, spec_dir)))
+    except SpecError as exc:
+        raise click.ClickException(str(exc)) from None
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(output)
+    click.echo(f"wrote {output}")
+
+
+@slo_group.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+def report_cmd(run_dir: Path) -> None:
+    """Re-render report.md, report.html and junit.xml from RUN_DIR/verdict.json."""
+    import json
+
+    from slo.report import write_reports
+
+    try:
+        verdict = Verdict.model_validate(
+            json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
+        )
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{run_dir / 'verdict.json'}: {exc}") from None
+    for path in write_reports(verdict, run_dir).values():
+        click.echo(f"wrote {path}")
+
+
+@slo_group.command("fixture")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option(
+    "--lost-acks",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Acknowledged submissions to drop from the store.",
+)
+def fixture_cmd(run_dir: Path, seed: int, lost_acks: int) -> None:
+    """Write a seeded example run directory (evidence format of docs/EVIDENCE.md)."""
+    from slo.fixtures import FixtureSpec, build_run, example_experiments
+
+    build_run(
+        run_dir, FixtureSpec(seed=seed, lost_acks=lost_acks, experiments=example_experiments())
+    )
+    click.echo(f"wrote {run_dir}; try: gameday evaluate {run_dir}")

@@ -1,0 +1,518 @@
+"""SLI math on evidence records (pure: no I/O, no Prometheus, no platform specifics).
+
+Every SLI reduces to a stream of Outcomes (time, good?). Ratio SLIs yield one outcome per
+event (request, acknowledged submission, attempt, write, terminal operation); time-slice
+SLIs yield one outcome per slice. Times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slo.evidence import Attempt, Event, LedgerEntry, Operation, RequestRecord, StoredObject
+
+TERMINAL_OPERATION_STATES = frozenset({"succeeded", "failed", "canceled"})
+LIVE_ATTEMPT_STATES = frozenset({"dispatched", "running"})
+# event kinds that prove a running attempt is alive (docs/EVIDENCE.md)
+PROGRESS_KINDS = frozenset(
+    {
+        "progress",
+        "heartbeat",
+        "checkpoint_started",
+        "checkpoint_written",
+        "artifact_written",
+        "resumed",
+        "log",
+    }
+)
+
+
+def ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    time: float
+    good: bool
+    subject: str = ""
+
+
+def count(outcomes: Iterable[Outcome]) -> tuple[int, int]:
+    """(good, total)."""
+    good = total = 0
+    for o in outcomes:
+        total += 1
+        good += o.good
+    return good, total
+
+
+def in_window(outcomes: Iterable[Outcome], start: float, end: float) -> list[Outcome]:
+    return [o for o in outcomes if start <= o.time <= end]
+
+
+# --------------------------------------------------------------------------- per-event SLIs
+
+
+def request_ok(record: RequestRecord) -> bool:
+    """Answered without a 5xx or a transport error/timeout; 4xx is the client's problem."""
+    return record.error is None and record.status is not None and record.status < 500
+
+
+def api_availability(requests: Iterable[RequestRecord]) -> list[Outcome]:
+    return [Outcome(ts(r.time) + r.latency_ms / 1000.0, request_ok(r), r.route) for r in requests]
+
+
+@dataclass(frozen=True)
+class DurabilityAudit:
+    outcomes: tuple[Outcome, ...]
+    missing: tuple[str, ...]  # idempotency keys acknowledged but not in the store
+    duplicated: tuple[str, ...]  # acknowledged keys stored more than once
+
+
+def submission_durability(
+    ledger: Iterable[LedgerEntry], operations: Iterable[Operation]
+) -> DurabilityAudit:
+    """Each acknowledged (project, idempotency key) must exist exactly once in the store.
+
+    The ledger may hold the same key twice (a client retry answered 200 with the same
+    operation); that is one submission. Matching is by operation id, then by key."""
+    by_id: dict[str, Operation] = {}
+    per_key: dict[tuple[str, str], int] = {}
+    for op in operations:
+        by_id[op.id] = op
+        if op.idempotency_key is not None:
+            k = (op.project, op.idempotency_key)
+            per_key[k] = per_key.get(k, 0) + 1
+    first_ack: dict[tuple[str, str], LedgerEntry] = {}
+    for entry in ledger:
+        k = (entry.project, entry.idempotency_key)
+        if k not in first_ack or entry.acked_at < first_ack[k].acked_at:
+            first_ack[k] = entry
+    outcomes, missing, duplicated = [], [], []
+    for k, entry in sorted(first_ack.items(), key=lambda kv: kv[1].acked_at):
+        stored = per_key.get(k, 0)
+        if stored == 0 and entry.operation_id in by_id:
+            stored = 1  # store lost the key column but kept the operation: still present
+        if stored == 0:
+            missing.append(entry.idempotency_key)
+        elif stored > 1:
+            duplicated.append(entry.idempotency_key)
+        outcomes.append(Outcome(ts(entry.acked_at), stored == 1, entry.idempotency_key))
+    return DurabilityAudit(tuple(outcomes), tuple(missing), tuple(duplicated))
+
+
+def _passes(value: float, op: str, threshold: float) -> bool:
+    return {
+        "lt": value < threshold,
+        "lte": value <= threshold,
+        "gt": value > threshold,
+        "gte": value >= threshold,
+    }[op]
+
+
+def scheduling_delay(
+    attempts: Iterable[Attempt], threshold: float, op: str, snapshot: float
+) -> list[Outcome]:
+    """Dispatch -> running per attempt. An attempt still waiting at the snapshot counts once
+    it is already over the threshold; one that failed before starting is startup's business."""
+    out = []
+    for a in attempts:
+        created = ts(a.created_at)
+        if a.started_at is not None:
+            delay = ts(a.started_at) - created
+            out.append(Outcome(ts(a.started_at), _passes(delay, op, threshold), a.id))
+        elif a.state == "dispatched" and not _passes(snapshot - created, op, threshold):
+            out.append(Outcome(snapshot, False, a.id))
+    return out
+
+
+def startup_success(attempts: Iterable[Attempt]) -> list[Outcome]:
+    out = []
+    for a in attempts:
+        if a.started_at is not None:
+            out.append(Outcome(ts(a.started_at), True, a.id))
+        elif a.state in ("failed", "lost"):
+            when = a.finished_at or a.created_at
+            out.append(Outcome(ts(when), False, a.id))
+    return out
+
+
+def success_time(op: Operation, events: Sequence[Event]) -> float | None:
+    for e in events:
+        if e.to_state == "succeeded":
+            return ts(e.time)
+    if op.state == "succeeded":
+        return ts(op.updated_at or op.created_at)
+    return None
+
+
+def time_to_usable_result(
+    operations: Iterable[Operation],
+    events_by_op: dict[str, list[Event]],
+    threshold: float,
+    op: str,
+    snapshot: float,
+) -> list[Outcome]:
+    out = []
+    for o in operations:
+        created = ts(o.created_at)
+        done = success_time(o, events_by_op.get(o.id, []))
+        if done is not None:
+            out.append(Outcome(done, _passes(done - created, op, threshold), o.id))
+        elif o.state == "failed":
+            out.append(Outcome(ts(o.updated_at or o.created_at), False, o.id))
+        elif o.state not in TERMINAL_OPERATION_STATES and not _passes(
+            snapshot - created, op, threshold
+        ):
+            out.append(Outcome(snapshot, False, o.id))
+    return out
+
+
+# --------------------------------------------------------------------------- time slices
+
+Interval = tuple[float, float]
+
+
+def slices(start: float, end: float, width: float) -> list[Interval]:
+    if width <= 0:
+        raise ValueError("slice width must be > 0")
+    n = max(1, math.ceil((end - start) / width - 1e-9))
+    return [(start + i * width, min(end, start + (i + 1) * width)) for i in range(n)]
+
+
+def queued_intervals(
+    events_by_op: dict[str, list[Event]], snapshot: float
+) -> list[tuple[str, float, float]]:
+    """(operation, entered queued, left queued) from state-change events, ordered by time."""
+    out = []
+    for op_id, events in events_by_op.items():
+        since: float | None = None
+        for e in events:
+            if e.to_state is None:
+                continue
+            if e.to_state == "queued" and since is None:
+                since = ts(e.time)
+            elif e.to_state != "queued" and since is not None:
+                out.append((op_id, since, ts(e.time)))
+                since = None
+        if since is not None:
+            out.append((op_id, since, snapshot))
+    return out
+
+
+def max_age_in(intervals: Iterable[tuple[str, float, float]], lo: float, hi: float) -> float:
+    """Oldest wait seen during [lo, hi): an interval's age grows until it ends or hi."""
+    best = 0.0
+    for _, start, end in intervals:
+        if start < hi and end > lo:
+            best = max(best, min(end, hi) - start)
+    return best
+
+
+def queue_age(
+    intervals: Sequence[tuple[str, float, float]],
+    start: float,
+    end: float,
+    width: float,
+    threshold: float,
+    op: str,
+) -> list[Outcome]:
+    return [
+        Outcome(hi, _passes(max_age_in(intervals, lo, hi), op, threshold), f"slice@{lo:.0f}")
+        for lo, hi in slices(start, end, width)
+    ]
+
+
+def stale_intervals(
+    attempts: Iterable[Attempt],
+    signals_by_attempt: dict[str, list[float]],
+    bound: float,
+    snapshot: float,
+) -> list[Interval]:
+    """Stretches during which a running attempt had been silent for longer than `bound`."""
+    out = []
+    for a in attempts:
+        if a.started_at is None:
+            continue
+        start = ts(a.started_at)
+        end = ts(a.finished_at) if a.finished_at is not None else snapshot
+        points = (
+            [start] + sorted(t for t in signals_by_attempt.get(a.id, []) if start < t < end) + [end]
+        )
+        for prev, nxt in itertools.pairwise(points):
+            if nxt - prev > bound:
+                out.append((prev + bound, nxt))
+    return out
+
+
+def active_progress(
+    stale: Sequence[Interval], start: float, end: float, width: float
+) -> list[Outcome]:
+    return [
+        Outcome(hi, not any(s < hi and e > lo for s, e in stale), f"slice@{lo:.0f}")
+        for lo, hi in slices(start, end, width)
+    ]
+
+
+# --------------------------------------------------------------------------- object audit
+
+
+@dataclass
+class ObjectIndex:
+    objects: dict[str, StoredObject] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, objects: Iterable[StoredObject]) -> ObjectIndex:
+        return cls({o.key: o for o in objects})
+
+    def verify(self, prefix: str, manifest_name: str) -> str | None:
+        """None when `prefix/manifest_name` exists and every file it lists is present with
+        the listed sha256; otherwise the reason."""
+        prefix = prefix.rstrip("/")
+        manifest = self.objects.get(f"{prefix}/{manifest_name}")
+        if manifest is None:
+            return f"no {manifest_name} under {prefix}/"
+        files = manifest_files(manifest.content)
+        if files is None:
+            return f"{prefix}/{manifest_name} has no readable file list"
+        for name, digest in files.items():
+            obj = self.objects.get(f"{prefix}/{name}")
+            if obj is None:
+                return f"{prefix}/{name} listed in {manifest_name} but missing"
+            if digest and obj.sha256 and obj.sha256 != digest:
+                return f"{prefix}/{name} checksum differs from {manifest_name}"
+        return None
+
+
+def manifest_files(content: dict | None) -> dict[str, str] | None:
+    """Accepts {"files": {name: sha256}}, {"files": [{"name"/"path", "sha256"}]} or {name: sha256}."""
+    if not isinstance(content, dict):
+        return None
+    files = content.get("files", content)
+    if isinstance(files, list):
+        out = {}
+        for item in files:
+            if isinstance(item, dict) and (item.get("name") or item.get("path")):
+                out[str(item.get("name") or item.get("path"))] = str(item.get("sha256") or "")
+        return out
+    if isinstance(files, dict):
+        return {
+            str(k): str(v) if isinstance(v, str) else str((v or {}).get("sha256", ""))
+            for k, v in files.items()
+        }
+    return None
+
+
+def write_prefix(event: Event, attempt_numbers: dict[str, int]) -> tuple[str, str] | None:
+    """(prefix, manifest file) of a reported write, per docs/CONTRACTS.md section 3."""
+    if event.kind == "checkpoint_written":
+        prefix = event.data.get("prefix")
+        if (
+            not prefix
+            and event.operation_id
+            and event.attempt_id in attempt_numbers
+            and "step" in event.data
+        ):
+            n = attempt_numbers[event.attempt_id]
+            prefix = (
+                f"checkpoints/{event.operation_id}/attempt-{n}/step-{int(event.data['step']):08d}"
+            )
+        return (str(prefix), "MANIFEST.json") if prefix else None
+    if event.kind == "artifact_written":
+        prefix = event.data.get("prefix")
+        if not prefix and event.operation_id and event.attempt_id in attempt_numbers:
+            prefix = f"artifacts/{event.operation_id}/attempt-{attempt_numbers[event.attempt_id]}"
+        return (str(prefix), "COMPLETE.json") if prefix else None
+    return None
+
+
+def artifact_write_success(
+    events: Iterable[Event], attempt_numbers: dict[str, int], index: ObjectIndex
+) -> list[Outcome]:
+    """A write the platform reported as done must be complete and verifiable in the store."""
+    out = []
+    for e in events:
+        target = write_prefix(e, attempt_numbers)
+        if target is None:
+            if e.kind in ("checkpoint_written", "artifact_written"):
+                out.append(Outcome(ts(e.time), False, f"{e.kind} without a prefix"))
+            continue
+        reason = index.verify(*target)
+        out.append(Outcome(ts(e.time), reason is None, reason or target[0]))
+    return out
+
+
+def terminal_state_consistency(
+    operations: Iterable[Operation],
+    attempts_by_op: dict[str, list[Attempt]],
+    events_by_op: dict[str, list[Event]],
+    index: ObjectIndex,
+) -> list[Outcome]:
+    out = []
+    for o in operations:
+        if o.state not in TERMINAL_OPERATION_STATES:
+            continue
+        attempts = attempts_by_op.get(o.id, [])
+        succeeded = [a for a in attempts if a.state == "succeeded"]
+        reasons = []
+        if any(a.state in LIVE_ATTEMPT_STATES for a in attempts):
+            reasons.append("a live attempt under a terminal operation")
+        if o.state == "succeeded":
+            if len(succeeded) != 1:
+                reasons.append(f"{len(succeeded)} succeeded attempts (want 1)")
+            elif why := index.verify(
+                f"artifacts/{o.id}/attempt-{succeeded[0].number}", "COMPLETE.json"
+            ):
+                reasons.append(why)
+        elif succeeded:
+            reasons.append(f"{o.state} but {len(succeeded)} attempt(s) succeeded")
+        when = success_time(o, events_by_op.get(o.id, [])) or ts(o.updated_at or o.created_at)
+        out.append(Outcome(when, not reasons, f"{o.id}: {'; '.join(reasons)}" if reasons else o.id))
+    return out
+
+
+# --------------------------------------------------------------------------- time series
+
+
+def rolling_ratio(
+    outcomes: Sequence[Outcome], times: Sequence[float], window: float
+) -> list[float | None]:
+    """Share of good outcomes in (t - window, t] for each t; None where there are none."""
+    ordered = sorted(outcomes, key=lambda o: o.time)
+    stamps = [o.time for o in ordered]
+    good_prefix = [0]
+    for o in ordered:
+        good_prefix.append(good_prefix[-1] + o.good)
+    out: list[float | None] = []
+    for t in times:
+        lo = bisect.bisect_right(stamps, t - window)
+        hi = bisect.bisect_right(stamps, t)
+        n = hi - lo
+        out.append(None if n == 0 else (good_prefix[hi] - good_prefix[lo]) / n)
+    return out
+
+
+def sample_times(start: float, end: float, step: float) -> list[float]:
+    if step <= 0:
+        raise ValueError("step must be > 0")
+    n = math.floor((end - start) / step + 1e-9)
+    return [start + i * step for i in range(n + 1)]
+
+
+def first_breach(
+    times: Sequence[float],
+    values: Sequence[float | None],
+    target: float,
+    after: float,
+    until: float = math.inf,
+) -> float | None:
+    """First sample in [after, until] below target."""
+    for t, v in zip(times, values):
+        if after <= t <= until and v is not None and v < target:
+            return t
+    return None
+
+
+def recovery_time(
+    times: Sequence[float],
+    values: Sequence[float | None],
+    target: float,
+    fault_start: float,
+    hold: int,
+    breach_until: float = math.inf,
+) -> float | None:
+    """Seconds from fault start until the SLI is back within objective and stays there for
+    `hold` consecutive samples with data. 0 when it did not breach by `breach_until` (a later
+    breach is not this fault's doing); None when it never came back."""
+    breach = first_breach(times, values, target, fault_start, breach_until)
+    if breach is None:
+        return 0.0
+    run_start: float | None = None
+    run = 0
+    for t, v in zip(times, values):
+        if t <= breach or v is None:
+            continue
+        if v >= target:
+            run_start = t if run == 0 else run_start
+            run += 1
+            if run >= hold and run_start is not None:
+                return run_start - fault_start
+        else:
+            run, run_start = 0, None
+    return None
+
+
+# --------------------------------------------------------------------------- experiment data
+
+
+def progress_steps(events: Iterable[Event]) -> dict[str, float]:
+    """Highest step each attempt reported (progress or checkpoint events)."""
+    best: dict[str, float] = {}
+    for e in events:
+        step = e.data.get("step")
+        if (
+            e.attempt_id
+            and e.kind in ("progress", "checkpoint_written")
+            and isinstance(step, (int, float))
+        ):
+            best[e.attempt_id] = max(best.get(e.attempt_id, 0.0), float(step))
+    return best
+
+
+@dataclass(frozen=True)
+class ProgressLoss:
+    operation_id: str
+    attempt_id: str
+    lost_steps: float
+    intervals: float | None  # lost steps / checkpoint interval, when the interval is known
+    resumed_from: float
+    torn_checkpoint_used: bool
+
+
+def checkpoint_progress_loss(
+    attempts: Sequence[Attempt],
+    events: Sequence[Event],
+    checkpoint_every: float | None,
+    index: ObjectIndex,
+) -> list[ProgressLoss]:
+    """For each retry attempt of one operation: steps recomputed vs the best earlier attempt,
+    and whether it resumed from a checkpoint that is not complete (torn)."""
+    steps = progress_steps(events)
+    resumed = {
+        e.attempt_id: float(e.data.get("from_step", 0))
+        for e in events
+        if e.kind == "resumed" and e.attempt_id
+    }
+    ordered = sorted(attempts, key=lambda a: a.number)
+    out = []
+    for i, a in enumerate(ordered):
+        if i == 0:
+            continue
+        before = max((steps.get(p.id, 0.0) for p in ordered[:i]), default=0.0)
+        start = resumed.get(a.id, 0.0)
+        lost = max(0.0, before - start)
+        torn = False
+        if start > 0:
+            candidates = [
+                f"checkpoints/{a.operation_id}/attempt-{p.number}/step-{int(start):08d}"
+                for p in ordered[:i]
+            ]
+            torn = all(index.verify(c, "MANIFEST.json") is not None for c in candidates)
+        intervals = lost / checkpoint_every if checkpoint_every else None
+        out.append(ProgressLoss(a.operation_id, a.id, lost, intervals, start, torn))
+    return out
+
+
+def group_by(items: Iterable, key: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for item in items:
+        k = getattr(item, key)
+        if k is not None:
+            out.setdefault(k, []).append(item)
+    return out
