@@ -25,7 +25,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 # docker-registry 2.8 answers 404 MANIFEST_UNKNOWN for an OCI manifest unless its type is
 # accepted (DESIGN.md section 7), so every type we can run is listed.
-MANIFEST_ACCEPT = ", ".join([OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST])
+MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_MANIFEST_LIST}"
 
 _REF = re.compile(
     r"^(?P<host>[a-zA-Z0-9.-]+(?::\d+)?)/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"

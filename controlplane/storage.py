@@ -23,16 +23,13 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client  # pragma: no cover
-else:
-    S3Client = Any
+S3Client = Any  # boto3 clients are generated at runtime; no stubs installed
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +139,9 @@ class ObjectStore:
                 code = exc.response.get("Error", {}).get("Code", "")
                 if code in ("NoSuchKey", "404", "NoSuchBucket"):
                     raise ObjectMissing(f"{what}: {code}") from exc
-                if not str(code).startswith("5") and code not in ("SlowDown", "RequestTimeout"):
-                    raise StorageError(f"{what}: {code}: {exc}") from exc
+                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+                if status < 500 and code not in ("SlowDown", "RequestTimeout"):
+                    raise StorageError(f"{what}: {code}: {exc}") from exc  # 4xx: retrying won't help
                 error: Exception = exc
             except BotoCoreError as exc:  # connection refused/timeouts after botocore's own retries
                 error = exc

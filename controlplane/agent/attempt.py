@@ -27,7 +27,14 @@ from controlplane import registry, storage
 from controlplane.agent.api import AgentApi, ApiRejected, ApiUnavailable, LeaseLost
 from controlplane.agent.capacity import Capacity, Demand
 from controlplane.agent.metrics import AgentMetrics
-from controlplane.runtimes.base import InvalidWorkload, LaunchSpec, Outcome, RunHandle, RunResult, Runtime
+from controlplane.runtimes.base import (
+    InvalidWorkload,
+    LaunchSpec,
+    Outcome,
+    RunHandle,
+    RunResult,
+    Runtime,
+)
 from controlplane.workload.events import WorkloadEvent
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,118 @@
+"""The attempt runner against an in-memory fake of the agent API (our own port), with the real
+local runtime and workload subprocess: lost lease, self-fencing, cancel, capacity."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from agenttest import Registry, S3Server
+
+from controlplane.agent.api import ApiUnavailable, AttemptHeartbeat, LeaseLost
+from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
+from controlplane.agent.capacity import Capacity, Demand
+from controlplane.agent.metrics import AgentMetrics
+from controlplane.runtimes.local import LocalRuntime
+
+
+class FakeApi:
+    """Answers heartbeats per ``mode``: ok, 409 (lease lost), unavailable, cancel."""
+
+    def __init__(self, mode: str = "ok", after: int = 1) -> None:
+        self.mode = mode
+        self.after = after  # heartbeats answered normally before the mode kicks in
+        self.heartbeats = 0
+        self.reports: list[tuple[str, str, dict[str, Any] | None]] = []
+        self.events: list[dict[str, Any]] = []
+
+    def attempt_heartbeat(self, attempt_id: str, token: int, progress: Any) -> AttemptHeartbeat:
+        self.heartbeats += 1
+        if self.heartbeats > self.after:
+            if self.mode == "lost":
+                raise LeaseLost("409 fencing token 1 is stale (current 2)")
+            if self.mode == "unavailable":
+                raise ApiUnavailable("connection refused")
+            if self.mode == "cancel":
+                return AttemptHeartbeat(True, None)
+        return AttemptHeartbeat(False, None)
+
+    def send_events(self, attempt_id: str, token: int, events: list[dict[str, Any]]) -> None:
+        self.events.extend(events)
+
+    def report(self, attempt_id: str, token: int, state: str, reason: str,
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+        self.reports.append((state, reason, error))
+
+
+def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capacity,
+                params: dict[str, Any], lease: float = 1.5) -> AttemptRunner:
+    claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
+                  fencing_token=1, lease_seconds=lease, project="p",
+                  spec={"workload": {"kind": "train", "image": registry.trainer_image, "params": params},
+                        "resources": {"cpu": 1}})
+    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    return AttemptRunner(
+        claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
+        metrics=AgentMetrics(), settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
+        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0))
+
+
+@pytest.mark.parametrize("mode,ending", [("lost", Ending.LEASE_LOST), ("unavailable", Ending.LEASE_LOST),
+                                         ("cancel", Ending.CANCELED)])
+def test_workload_stopped_without_a_report_when_lease_is_lost_or_canceled(
+    mode: str, ending: Ending, moto: S3Server, registry: Registry,
+) -> None:
+    api = FakeApi(mode, after=2)
+    capacity = Capacity(1)
+    runner = make_runner(api, moto, registry, capacity, {"steps": 10_000, "step_delay": 0.01})
+    runner.start()
+    deadline = time.monotonic() + 10
+    while runner.handle is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    handle = runner.handle
+    assert handle is not None
+    runner.join(timeout=15)
+
+    assert not runner.is_alive() and runner.ending is ending
+    assert handle.process.poll() is not None  # type: ignore[attr-defined]  # workload stopped
+    assert [r[0] for r in api.reports] == ["running"]  # no terminal report from a fenced agent
+    assert capacity.free() == (1, 0)  # slot given back
+
+
+def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry: Registry) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "checkpoint_every": 10})
+    runner.run()  # on this thread: the workload dies with the thread that started it
+    assert runner.ending is Ending.SUCCEEDED
+    assert [r[0] for r in api.reports] == ["running", "succeeded"]
+    assert "completion manifest verified" in api.reports[-1][1]
+    kinds = [e["kind"] for e in api.events]
+    assert kinds.count("checkpoint_written") == 2 and "artifact_written" in kinds
+
+
+def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"stepz": 3})
+    runner.run()
+    assert runner.ending is Ending.START_FAILED and runner.handle is None
+    state, reason, error = api.reports[-1]
+    assert state == "failed" and error == {"kind": "deterministic", "message": reason}
+    assert "unknown keys ['stepz']" in reason
+
+
+def test_capacity_accounts_cpu_and_accelerator_slots() -> None:
+    cap = Capacity(cpu_slots=3, accelerator_type="sim-a100", accelerator_count=2)
+    assert cap.reserve("a", Demand(2, "sim-a100", 1)) is None
+    assert cap.free() == (1, 1)
+    assert "cpu slots" in (cap.reserve("b", Demand(2)) or "")
+    assert "accelerators" in (cap.reserve("c", Demand(1, "sim-a100", 2)) or "")
+    assert "sim-h100" in (cap.reserve("d", Demand(1, "sim-h100", 1)) or "")
+    assert cap.reserve("e", Demand(1, "sim-a100", 1)) is None
+    assert cap.free() == (0, 0)
+    cap.release("a")
+    assert cap.free() == (2, 1) and set(cap.held()) == {"e"}
+    with pytest.raises(ValueError, match="cpu_slots"):
+        Capacity(0)
