@@ -215,7 +215,7 @@ async def expire_leases(conn: AsyncConnection, *, retry_base: float = 1.0,
             if t["claimed_at"] is None:
                 row = await transition(
                     conn, t["operation_id"], OpState.QUEUED, actor=ACTOR, attempt_id=t["id"],
-                    kind="reroute", reason=f"reroute: agent {t['agent_name']} did not claim "
+                    kind="rerouted", reason=f"reroute: agent {t['agent_name']} did not claim "
                     f"attempt {t['number']} before its lease expired", current_attempt_id=None)
                 stats.rerouted += row is not None
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from infra.local.topology import BUCKET, API_REPLICAS, AgentSpec, Secrets
+from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
@@ -82,6 +83,8 @@ def check_traversable_by_postgres(state_dir: Path) -> str | None:
     if os.geteuid() != 0:
         return None
     for parent in [state_dir.resolve(), *state_dir.resolve().parents]:
+        if not parent.exists():
+            continue  # created by `up` with the default (traversable) mode
         mode = parent.stat().st_mode
         if not mode & 0o001:
             return str(parent)
@@ -280,7 +283,11 @@ def _prometheus_cfg(state: Path, env_name: str, ports: dict[str, int], agents: t
 
 
 def generate_rules_file(state: Path) -> Path | None:
-    """Write the SLO rule file from `slo/` when that module is available, else return None."""
+    """Write the SLO rule file from `slo/` when that module is available, else return None.
+
+    The file is checked with `promtool check rules` so a bad rule fails `up` with promtool's
+    message instead of a Prometheus that exits at start.
+    """
     try:
         from slo.rules import generate_rules
         from slo.specs import load_specs
@@ -288,6 +295,15 @@ def generate_rules_file(state: Path) -> Path | None:
         return None
     path = state / "prometheus" / "rules.yml"
     path.write_text(yaml.safe_dump(generate_rules(load_specs(env="local")), sort_keys=False))
+    promtool = shutil.which("promtool")
+    if promtool:
+        check = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True,
+                               check=False)
+        if check.returncode != 0:
+            from infra.local.errors import ComponentUnhealthy
+
+            raise ComponentUnhealthy("prometheus", f"generated SLO rules in {path} are invalid",
+                                     (check.stdout + check.stderr)[-2000:])
     return path
 
 
@@ -383,19 +399,19 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
 
     if controlplane:
         dsn = app_dsn(ports, secrets)
+        # Secrets go through the environment, not argv (argv is visible in ps).
         cp_env = {"CONTROLPLANE_DSN": dsn, "PYTHONUNBUFFERED": "1"}
         for i in range(1, API_REPLICAS + 1):
             port = ports[f"api{i}"]
             specs.append(ComponentSpec(
                 name=f"api-{i}", kind="api", group=Group.CONTROLPLANE,
-                argv=gameday_argv("controlplane", "api", "--dsn", dsn, "--host", "127.0.0.1",
-                                  "--port", str(port)),
+                argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port)),
                 health=HealthCheck(f"http://127.0.0.1:{port}/readyz"),
                 ports={"http": port}, env=cp_env,
             ))
         specs.append(ComponentSpec(
             name="reconciler", kind="reconciler", group=Group.CONTROLPLANE,
-            argv=gameday_argv("controlplane", "reconciler", "--dsn", dsn,
+            argv=gameday_argv("controlplane", "reconciler",
                               "--metrics-port", str(ports["reconciler_metrics"])),
             health=HealthCheck(f"http://127.0.0.1:{ports['reconciler_metrics']}/metrics"),
             ports={"metrics": ports["reconciler_metrics"]}, env=cp_env,
@@ -411,7 +427,7 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
     api = f"http://127.0.0.1:{ports[f'proxy_agent_{agent.name}']}"
     metrics = ports[f"agent_metrics_{agent.name}"]
     argv = gameday_argv(
-        "controlplane", "agent", "--api", api, "--token", secrets.agent_token,
+        "controlplane", "agent", "--api", api,
         "--name", agent.name, "--pool", agent.pool, "--zone", agent.zone, "--region", agent.region,
         "--cpu-slots", str(agent.cpu_slots),
         "--registry", f"127.0.0.1:{ports['proxy_registry']}",
@@ -423,14 +439,12 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
                  "--accelerator-count", str(agent.accelerator_count)]
     for dataset in agent.datasets:
         argv += ["--dataset", dataset]
-    work = state / "agents" / agent.name
-    work.mkdir(parents=True, exist_ok=True)
     return ComponentSpec(
         name=agent.name, kind="agent", group=Group.AGENT, argv=argv,
         health=HealthCheck(f"http://127.0.0.1:{metrics}/metrics"),
         ports={"metrics": metrics, "api_route": ports[f"proxy_agent_{agent.name}"]},
         env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
-             "GAMEDAY_AGENT_WORKDIR": str(work)},
+             "CONTROLPLANE_AGENT_TOKEN": secrets.agent_token},
         labels={"pool": agent.pool, "zone": agent.zone, "region": agent.region},
     )

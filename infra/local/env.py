@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,22 +30,42 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
 
 from infra.local import procs
 from infra.local.components import (
-    APP_DB, APP_USER, PG_BIN, ComponentSpec, Group, app_dsn, build_components,
-    check_traversable_by_postgres, superuser_dsn,
+    APP_DB,
+    APP_USER,
+    PG_BIN,
+    ComponentSpec,
+    Group,
+    app_dsn,
+    build_components,
+    check_traversable_by_postgres,
+    superuser_dsn,
 )
-from infra.local.errors import AlreadyRunning, ComponentUnhealthy, EnvError, NotRunning, UnknownTarget
+from infra.local.errors import (
+    AlreadyRunning,
+    ComponentUnhealthy,
+    EnvError,
+    NotRunning,
+)
 from infra.local.supervisor import SupervisorClient, SupervisorError
 from infra.local.topology import (
-    BUCKET, DEFAULT_AGENTS, DEFAULT_QUEUES, IMAGE_REPOSITORY, IMAGE_TAG, AgentSpec, Secrets,
-    allocate_ports, port_names,
+    BUCKET,
+    DEFAULT_AGENTS,
+    DEFAULT_QUEUES,
+    IMAGE_REPOSITORY,
+    IMAGE_TAG,
+    AgentSpec,
+    Secrets,
+    allocate_ports,
+    port_names,
 )
 
 Reporter = Callable[[str], None]
@@ -52,7 +73,7 @@ CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def default_home() -> Path:
@@ -72,7 +93,10 @@ def controlplane_commands() -> set[str]:
     except ImportError:
         return set()
     group = getattr(module, "group", None)
-    return set(getattr(group, "commands", {}) or {})
+    if not isinstance(group, click.Group):
+        return set()
+    with click.Context(group) as ctx:  # list_commands sees lazily mounted commands too
+        return set(group.list_commands(ctx))
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -90,7 +114,8 @@ class LocalEnvironment:
                  agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS) -> None:
         self.name = name
         self.state_dir = state_dir_for(name, home)
-        self.agents = agents
+        self.topology = agents  # what `up` starts
+        self.agents = agents  # what is running (from env.json once loaded)
         self.info: dict[str, Any] = {}
         self.components: dict[str, ComponentSpec] = {}
         self._faults: Any = None
@@ -365,7 +390,8 @@ class LocalEnvironment:
             out.flush()
             env = {**os.environ, procs.MARKER_VAR: str(self.state_dir)}
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    timeout=timeout, cwd=self.state_dir, stdin=subprocess.DEVNULL)
+                                    timeout=timeout, cwd=self.state_dir, stdin=subprocess.DEVNULL,
+                                    check=False)
         if result.returncode != 0:
             raise ComponentUnhealthy(name, f"`{' '.join(argv[2:4])}` exited with {result.returncode}",
                                      tail(log))
@@ -409,8 +435,9 @@ class LocalEnvironment:
         with_agents = with_cp and "agent" in commands
         previous = self.info or {}
         secrets = Secrets(**previous["secrets"]) if previous.get("secrets") else Secrets()
-        agents = self.agents if with_agents else ()
-        ports = allocate_ports(port_names(self.agents), previous.get("ports"))
+        agents = self.topology if with_agents else ()
+        self.agents = agents
+        ports = allocate_ports(port_names(self.topology), previous.get("ports"))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
         self.components = build_components(self.state_dir, self.name, ports, secrets, agents, with_cp)
@@ -575,11 +602,11 @@ class LocalEnvironment:
         for name in [*self.components, "supervisor"]:
             record = self.pid_record(name)
             if record and procs.is_alive(record["pid"], record.get("start_ticks")):
-                procs.signal_group(record["pgid"], procs.signal.SIGKILL)
+                procs.signal_group(record["pgid"], signal.SIGKILL)
                 leftovers.append(record["pid"])
         marked = procs.marked_processes(self.state_dir)
         for pid in marked:
-            procs.signal_pids([pid], procs.signal.SIGKILL)
+            procs.signal_pids([pid], signal.SIGKILL)
         left = procs.wait_gone(leftovers + marked, 5.0)
         supervisor_proc = getattr(self, "_supervisor_proc", None)
         if supervisor_proc is not None:

@@ -50,13 +50,18 @@ def is_alive(pid: int, start_ticks: int | None = None) -> bool:
     return start_ticks is None or info.start_ticks == start_ticks
 
 
-def descendants(root: int) -> list[int]:
-    """All live descendants of ``root`` (children first-level order is not guaranteed)."""
+def children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid in all_pids():
         info = read_stat(pid)
         if info is not None:
             children.setdefault(info.ppid, []).append(pid)
+    return children
+
+
+def descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """All descendants of ``root`` (one /proc scan unless a ``children_map()`` is given)."""
+    children = children_map() if children is None else children
     found: list[int] = []
     stack = [root]
     while stack:
@@ -102,10 +107,11 @@ def wait_reaped(pids: list[int], timeout: float) -> list[int]:
 
 
 def marked_processes(state_dir: Path) -> list[int]:
-    """Live processes whose environment carries this environment's marker."""
+    """Live processes of one environment: those whose environment carries its marker, plus
+    their descendants (postgres backends overwrite their environ area with the ps title)."""
     needle = f"{MARKER_VAR}={state_dir.resolve()}".encode()
     me = os.getpid()
-    found = []
+    found: set[int] = set()
     for pid in all_pids():
         if pid == me:
             continue
@@ -114,8 +120,12 @@ def marked_processes(state_dir: Path) -> list[int]:
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
         if needle in env.split(b"\0") and is_alive(pid):
-            found.append(pid)
-    return found
+            found.add(pid)
+    children = children_map()
+    for pid in list(found):
+        found.update(descendants(pid, children))
+    found.discard(me)
+    return sorted(p for p in found if is_alive(p))
 
 
 def rss_kib(pids: list[int]) -> int:

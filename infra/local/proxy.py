@@ -102,7 +102,7 @@ async def _handle(route: Route, reader: asyncio.StreamReader, writer: asyncio.St
     try:
         up_reader, up_writer = await asyncio.wait_for(
             asyncio.open_connection(route.target_host, route.target_port), timeout=5.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         _reset(writer)
         return
     route.writers.update((writer, up_writer))
@@ -120,7 +120,7 @@ async def _handle(route: Route, reader: asyncio.StreamReader, writer: asyncio.St
 async def _probe(host: str, port: int) -> int:
     try:
         _, w = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=0.5)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return 0
     w.close()
     return 1
@@ -188,7 +188,7 @@ class ControlServer:
             writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: "
                          f"{len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
             await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError, ConnectionError):
+        except (TimeoutError, asyncio.IncompleteReadError, ValueError, ConnectionError):
             pass
         finally:
             writer.close()

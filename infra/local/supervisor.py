@@ -90,7 +90,8 @@ class Daemon:
             # Keep the Popen object: dropping it would let subprocess reap the pid behind the
             # reaper thread's back and lose the exit status.
             self.popens[proc.pid] = proc
-            self.children[proc.pid] = {"name": req["name"], "returncode": None}
+            # A process that dies at once may already have been reaped by the reaper thread.
+            self.children[proc.pid] = {"name": req["name"], "returncode": self.exits.get(proc.pid)}
         return {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None}
 
     def ps(self, _req: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def serve(state_dir: Path, owner_pid: int | None) -> None:
                 try:
                     req = json.loads(line)
                     answer = handlers[req["op"]](req)
-                except Exception as exc:  # a bad request becomes an answer, never a crash
+                except Exception as exc:  # noqa: BLE001 - a bad request becomes an answer, never a crash
                     answer = {"error": f"{type(exc).__name__}: {exc}"}
                 self.wfile.write((json.dumps(answer) + "\n").encode())
 

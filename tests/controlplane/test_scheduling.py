@@ -135,7 +135,7 @@ def test_unclaimed_dispatch_is_rerouted_with_reason(user: Api, agent: Api) -> No
     live = agent.register("cpu-live")
     claim = wait_for(lambda: (agent.claim(live, 1) or [None])[0], timeout=20, what="reroute")
     assert claim["operation_id"] == op["id"]
-    reroute = [e for e in user.events(op["id"]) if e["kind"] == "reroute"]
+    reroute = [e for e in user.events(op["id"]) if e["kind"] == "rerouted"]
     assert reroute and "cpu-dead did not claim" in reroute[0]["reason"]
 
 

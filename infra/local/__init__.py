@@ -1,0 +1,5 @@
+"""Local environment: the whole platform on real local servers (DESIGN.md section 4).
+
+``infra.local.env.LocalEnvironment`` is the entry point; ``infra.local.cli`` holds the
+``gameday env`` and ``gameday fault`` command groups.
+"""

@@ -1,0 +1,247 @@
+"""`gameday env ...` and `gameday fault ...`: the local environment from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from infra.local.errors import ComponentUnhealthy, EnvError
+
+console = Console(stderr=True)
+
+name_option = click.option("--name", "-n", default="local", show_default=True,
+                           help="Environment name (one state directory per name).")
+home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path),
+                           envvar="GAMEDAY_HOME",
+                           help="Directory holding .gameday/envs/<name> [default: $GAMEDAY_HOME or cwd].")
+
+
+@contextmanager
+def domain_errors() -> Iterator[None]:
+    """Turn environment errors into one clear CLI error (exit code 1)."""
+    try:
+        yield
+    except ComponentUnhealthy as exc:
+        console.print(f"[red]error:[/] component [bold]{exc.component}[/] did not become healthy: "
+                      f"{exc.reason}")
+        if exc.log_tail:
+            console.rule(f"last lines of {exc.component}'s log")
+            console.print(exc.log_tail, markup=False, highlight=False)
+            console.rule()
+        raise SystemExit(1) from exc
+    except EnvError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _load(name: str, home: Path | None) -> Any:
+    from infra.local.env import LocalEnvironment
+
+    return LocalEnvironment.load(name, home)
+
+
+def _components_table(status: dict[str, Any]) -> Table:
+    table = Table(title=f"environment {status.get('name')} ({status.get('status')})")
+    for column in ("component", "pid", "ports", "health"):
+        table.add_column(column)
+    for name, comp in status["components"].items():
+        health = "[green]healthy[/]" if comp["healthy"] else f"[red]{comp['detail']}[/]"
+        if comp.get("role"):
+            health += f" [cyan]{comp['role']}[/]"
+        ports = " ".join(f"{k}={v}" for k, v in comp["ports"].items())
+        table.add_row(name, str(comp["pid"] or "-"), ports, health)
+    return table
+
+
+def _print_summary(status: dict[str, Any]) -> None:
+    out = Console(width=max(Console().width, 110))
+    out.print(_components_table(status))
+    endpoints = status.get("endpoints", {})
+    for key in ("api", "dsn", "s3", "registry", "image", "prometheus", "haproxy_stats", "fault_timeline"):
+        if key in endpoints:
+            out.print(f"  [bold]{key:15}[/] {endpoints[key]}")
+    out.print(f"  [bold]{'processes':15}[/] {status['processes']} (RSS {status['rss_mib']} MiB, "
+              f"PSS {status['pss_mib']} MiB)")
+    cp = status.get("controlplane", {})
+    if not cp.get("included"):
+        out.print("  [yellow]control plane not started[/]: missing `gameday controlplane` commands "
+                  f"{cp.get('missing_commands')}")
+    elif not cp.get("agents"):
+        out.print("  [yellow]agents not started[/]: `gameday controlplane agent` is missing")
+
+
+@click.group("env")
+def env_group() -> None:
+    """Bring the local environment (real servers on 127.0.0.1) up and down."""
+
+
+@env_group.command("up")
+@name_option
+@home_option
+@click.option("--infra-only", is_flag=True, help="Start the servers only, not the control plane.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait per stage.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON when up.")
+def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool) -> None:
+    """Start every component and wait until each is healthy; refuse if already running."""
+    from infra.local.env import LocalEnvironment
+
+    env = LocalEnvironment(name, home)
+    started = time.monotonic()
+    with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
+        def report(message: str) -> None:
+            console.print(f"  [green]✓[/] {message} [dim]({time.monotonic() - started:.1f} s)[/]")
+            spinner.update(f"starting environment {name!r}: {message}")
+
+        status = env.up(reporter=report, infra_only=infra_only, timeout=timeout)
+    console.print(f"[bold green]up[/] in {status['up_seconds']} s; state in {env.state_dir}")
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+    else:
+        _print_summary(status)
+
+
+@env_group.command("down")
+@name_option
+@home_option
+@click.option("--purge", is_flag=True, help="Also delete the state directory (data, logs, timeline).")
+def down_cmd(name: str, home: Path | None, purge: bool) -> None:
+    """Stop every process (restoring active faults first); keep the state unless --purge."""
+    from infra.local.env import LocalEnvironment
+
+    env = LocalEnvironment(name, home)
+    with domain_errors(), console.status(f"stopping environment {name!r} ..."):
+        result = env.down(purge=purge)
+    console.print(f"[bold]down[/] in {result['down_seconds']} s; no process left"
+                  + ("; state purged" if purge else f"; state kept in {env.state_dir}"))
+
+
+@env_group.command("status")
+@name_option
+@home_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable endpoints, tokens and health.")
+def status_cmd(name: str, home: Path | None, as_json: bool) -> None:
+    """Re-check the health of every component; exit 1 when something is unhealthy."""
+    with domain_errors():
+        env = _load(name, home)
+        status = env.status()
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+    else:
+        _print_summary(status)
+    if not status["healthy"]:
+        sys.exit(1)
+
+
+@env_group.command("logs")
+@name_option
+@home_option
+@click.argument("component", required=False)
+@click.option("--lines", "-l", default=40, show_default=True, help="Lines per component.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (one component).")
+def logs_cmd(name: str, home: Path | None, component: str | None, lines: int, follow: bool) -> None:
+    """Show the tail of one component's log, or of all of them."""
+    from infra.local.env import tail
+
+    with domain_errors():
+        env = _load(name, home)
+        names = [component] if component else [*env.components, "supervisor"]
+        for comp in names:
+            path = env.log_file(comp)
+            if component is None and not path.exists():
+                continue
+            if not path.exists():
+                raise click.ClickException(f"no log for {comp!r} at {path}")
+            click.echo(f"==> {path} <==")
+            click.echo(tail(path, lines))
+        if follow:
+            if component is None:
+                raise click.ClickException("--follow needs one COMPONENT")
+            with open(env.log_file(component)) as log:
+                log.seek(0, os.SEEK_END)
+                while True:
+                    line = log.readline()
+                    if line:
+                        click.echo(line, nl=False)
+                    else:
+                        time.sleep(0.2)
+
+
+# -- faults -------------------------------------------------------------------------------------
+@click.group("fault")
+def fault_group() -> None:
+    """Inject and revert faults in a running local environment (recorded in faults.jsonl)."""
+
+
+def _fault_command(name: str, help_text: str, call: Callable[..., dict[str, Any]],
+                   argument: str | None = None, mode_default: str | None = None) -> None:
+    params: list[click.Parameter] = []
+    if argument:
+        params.append(click.Argument([argument]))
+    if mode_default:
+        params.append(click.Option(["--mode"], type=click.Choice(["refuse", "blackhole"]),
+                                   default=mode_default, show_default=True,
+                                   help="refuse: connections reset at once; blackhole: they hang."))
+
+    def callback(env_name: str, home: Path | None, **kwargs: Any) -> None:
+        with domain_errors():
+            env = _load(env_name, home)
+            result = call(env.faults, **kwargs)
+        click.echo(json.dumps(result))
+
+    params.append(click.Option(["--name", "-n", "env_name"], default="local", show_default=True,
+                               help="Environment name."))
+    command = click.Command(name, callback=callback, help=help_text, params=params)
+    home_option(command)
+    fault_group.add_command(command)
+
+
+_fault_command("kill", "SIGKILL TARGET and all its child processes (aliases: primary, standby; "
+               "'primary/postgres' kills only postgres).", lambda f, target: f.kill(target), "target")
+_fault_command("hang", "SIGSTOP every process of TARGET.", lambda f, target: f.hang(target), "target")
+_fault_command("resume", "SIGCONT a hung TARGET.", lambda f, target: f.resume(target), "target")
+_fault_command("stop", "Stop TARGET gracefully (SIGTERM, then SIGKILL).", lambda f, target: f.stop(target),
+               "target")
+_fault_command("start", "Start a killed/stopped TARGET again and wait until healthy.",
+               lambda f, target: f.start(target), "target")
+_fault_command("failover-db", "Fail the database over to the synchronous standby (Patroni); "
+               "returns when writes commit again.", lambda f: f.failover_db())
+_fault_command("artifact-store-unreachable", "Cut the S3 endpoint off (moto keeps its data).",
+               lambda f, mode: f.artifact_store_unreachable(mode), mode_default="blackhole")
+_fault_command("artifact-store-restore", "Make the S3 endpoint reachable again.",
+               lambda f: f.artifact_store_restore())
+_fault_command("registry-unreachable", "Cut the image registry off.",
+               lambda f, mode: f.registry_unreachable(mode), mode_default="refuse")
+_fault_command("registry-restore", "Make the registry reachable again.", lambda f: f.registry_restore())
+_fault_command("withdraw-pool", "Stop every agent of POOL (capacity gone).",
+               lambda f, pool: f.withdraw_pool(pool), "pool")
+_fault_command("restore-pool", "Start the agents of POOL again.", lambda f, pool: f.restore_pool(pool),
+               "pool")
+_fault_command("partition-agent", "Cut AGENT off from the control plane (its own proxy route).",
+               lambda f, agent, mode: f.partition_agent(agent, mode), "agent", mode_default="blackhole")
+_fault_command("heal-agent", "Reconnect a partitioned AGENT.", lambda f, agent: f.heal_agent(agent), "agent")
+_fault_command("restore-all", "Undo every active fault (restart, resume, reconnect).",
+               lambda f: {"restored": f.restore_everything()})
+
+
+@fault_group.command("list")
+@name_option
+@home_option
+@click.option("--timeline", is_flag=True, help="Print the whole fault timeline (JSONL).")
+def list_cmd(name: str, home: Path | None, timeline: bool) -> None:
+    """Show the active faults (and optionally the timeline)."""
+    with domain_errors():
+        env = _load(name, home)
+        if timeline:
+            for line in env.faults.timeline.read():
+                click.echo(json.dumps(line))
+            return
+        click.echo(json.dumps(env.faults.active(), indent=2))

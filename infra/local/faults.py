@@ -1,0 +1,382 @@
+"""Fault primitives for the local environment, each recorded in the fault timeline.
+
+Every primitive returns once the fault is *in effect* (processes gone or stopped, proxy
+route switched, new primary accepting writes ...), is idempotent (a second call while the
+fault is active records nothing new) and has an inverse:
+
+====================================  =====================================
+fault                                 inverse
+====================================  =====================================
+``kill(target)`` (SIGKILL, tree)      ``start(target)``
+``stop(target)`` (SIGTERM, grace)     ``start(target)``
+``hang(target)`` (SIGSTOP, tree)      ``resume(target)`` (SIGCONT)
+``failover_db()`` (Patroni failover)  ``failover_db()`` again (back to the other member)
+``artifact_store_unreachable()``      ``artifact_store_restore()``
+``registry_unreachable()``            ``registry_restore()``
+``withdraw_pool(pool)``               ``restore_pool(pool)``
+``partition_agent(name)``             ``heal_agent(name)``
+====================================  =====================================
+
+Targets are component names (``api-1``, ``pg-0``, ``moto``, ``gpu-1`` ...) or the aliases
+``primary`` / ``standby`` (the current Patroni leader / synchronous standby). A Patroni
+target means the whole database node (Patroni and its postgres); ``primary/postgres`` or
+``pg-0/postgres`` means only the postgres processes (a database crash that Patroni sees).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from infra.local import procs
+from infra.local.errors import EnvError, NotRunning, UnknownTarget
+
+if TYPE_CHECKING:
+    from infra.local.env import LocalEnvironment
+
+PROXY_MODES = ("refuse", "blackhole")
+
+
+class Timeline:
+    """Append-only JSONL fault timeline (CONTRACTS.md section 4)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def record(self, event: str, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
+        from infra.local.env import utcnow
+
+        line = {"time": utcnow(), "event": event, "fault": fault, "target": target, "details": details}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(json.dumps(line) + "\n")
+        return line
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+class FaultInjector:
+    def __init__(self, env: LocalEnvironment) -> None:
+        self.env = env
+        self.timeline = Timeline(env.timeline_file)
+        self.active_file = env.state_dir / "faults_active.json"
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def active(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.active_file.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def _begin(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
+        active = self.active()
+        line = self.timeline.record("fault_start", fault, target, details)
+        active[f"{fault}:{target}"] = {"fault": fault, "target": target, "since": line["time"],
+                                       "details": details}
+        self.active_file.write_text(json.dumps(active, indent=2))
+        return line
+
+    def _end(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any] | None:
+        active = self.active()
+        if active.pop(f"{fault}:{target}", None) is None:
+            return None
+        line = self.timeline.record("fault_end", fault, target, details)
+        self.active_file.write_text(json.dumps(active, indent=2))
+        return line
+
+    def _is_active(self, fault: str, target: str) -> bool:
+        return f"{fault}:{target}" in self.active()
+
+    def resolve(self, target: str) -> tuple[str, bool]:
+        """(component, postgres_only) for a target name or alias."""
+        base, _, scope = target.partition("/")
+        if scope not in ("", "postgres"):
+            raise UnknownTarget(f"target {target!r}: only '<pg member>/postgres' has a scope")
+        if base in ("primary", "leader"):
+            leader = self.env.db_leader()
+            if leader is None:
+                raise NotRunning("no database primary right now (Patroni reports no leader)")
+            base = leader
+        elif base in ("standby", "replica"):
+            roles = self.env.db_roles()
+            standby = next((n for n, r in roles.items() if r in ("sync_standby", "replica")), None)
+            if standby is None:
+                raise NotRunning(f"no database standby right now (roles {roles})")
+            base = standby
+        if base not in self.env.components:
+            raise UnknownTarget(f"unknown target {target!r}; components: {', '.join(self.env.components)}"
+                                ", aliases: primary, standby")
+        if scope and self.env.components[base].kind != "patroni":
+            raise UnknownTarget(f"target {target!r}: '/postgres' applies to database members only")
+        return base, bool(scope)
+
+    def _signal_component(self, component: str, sig: signal.Signals, postgres_only: bool) -> list[int]:
+        pids = self.env.component_pids(component, postgres_only=postgres_only)
+        if not postgres_only:
+            record = self.env.pid_record(component)
+            if record and self.env.main_pid(component):
+                procs.signal_group(record["pgid"], sig)
+        if self.env.components[component].kind == "patroni":
+            postmaster = self.env.postmaster_pid(component)
+            info = procs.read_stat(postmaster) if postmaster else None
+            if info is not None:  # postgres runs in its own session (Patroni setsid()s it)
+                procs.signal_group(info.pgid, sig)
+        procs.signal_pids(pids, sig)
+        return pids
+
+    # -- process faults ---------------------------------------------------------------------
+    def kill(self, target: str) -> dict[str, Any]:
+        """SIGKILL a component (or one replica) with all its child processes."""
+        component, pg_only = self.resolve(target)
+        name = f"{component}/postgres" if pg_only else component
+        if self._is_active("kill", name) or self._is_active("stop", name):
+            return {"target": name, "already": True}
+        pids = self.env.component_pids(component, postgres_only=pg_only)
+        if not pids:
+            raise NotRunning(f"{name} is not running")
+        line = self._begin("kill", name, {"signal": "SIGKILL", "pids": pids, "alias": target})
+        self._signal_component(component, signal.SIGKILL, pg_only)
+        left = procs.wait_gone(pids, 5.0)
+        if left:
+            raise EnvError(f"{name}: pids {left} survived SIGKILL")
+        return {"target": name, "pids": pids, "time": line["time"]}
+
+    def stop(self, target: str, grace: float = 10.0) -> dict[str, Any]:
+        """Graceful stop: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        component, pg_only = self.resolve(target)
+        if pg_only:
+            raise UnknownTarget("stop applies to whole components; use kill for 'member/postgres'")
+        if self._is_active("stop", component) or self._is_active("kill", component):
+            return {"target": component, "already": True}
+        pids = self.env.component_pids(component)
+        if not pids:
+            raise NotRunning(f"{component} is not running")
+        line = self._begin("stop", component, {"signal": "SIGTERM", "pids": pids, "alias": target})
+        record = self.env.pid_record(component)
+        if record:
+            procs.signal_group(record["pgid"], signal.SIGCONT)
+            procs.signal_group(record["pgid"], signal.SIGTERM)
+        left = procs.wait_gone(pids, grace)
+        if left:
+            self._signal_component(component, signal.SIGKILL, False)
+            procs.signal_pids(left, signal.SIGKILL)
+            procs.wait_gone(left, 5.0)
+        return {"target": component, "pids": pids, "time": line["time"], "forced": bool(left)}
+
+    def start(self, target: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Inverse of kill/stop: re-launch the component as `up` did and wait until healthy."""
+        component, pg_only = self.resolve(target)
+        name = f"{component}/postgres" if pg_only else component
+        started = time.monotonic()
+        if pg_only:
+            # Patroni restarts its own postgres (as a replica after a failover); wait for it.
+            self.env.wait_healthy([component], timeout)
+        else:
+            # A killed postmaster is re-parented to the supervisor and reaped there; wait for
+            # that so the new postgres never sees a stale lock file.
+            procs.wait_reaped(self.env.component_pids(component), 3.0)
+            self.env.spawn(component)
+            self.env.wait_healthy([component], timeout)
+        details = {"recovered_seconds": round(time.monotonic() - started, 3),
+                   "pid": self.env.main_pid(component)}
+        for fault in ("kill", "stop"):
+            self._end(fault, name, details)
+        return {"target": name, **details}
+
+    def hang(self, target: str) -> dict[str, Any]:
+        """SIGSTOP every process of a component: it keeps its sockets but answers nothing."""
+        component, pg_only = self.resolve(target)
+        name = f"{component}/postgres" if pg_only else component
+        if self._is_active("hang", name):
+            return {"target": name, "already": True}
+        pids = self.env.component_pids(component, postgres_only=pg_only)
+        if not pids:
+            raise NotRunning(f"{name} is not running")
+        line = self._begin("hang", name, {"signal": "SIGSTOP", "pids": pids, "alias": target})
+        self._signal_component(component, signal.SIGSTOP, pg_only)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            states = [procs.read_stat(p) for p in pids]
+            if all(s is None or s.state in ("T", "t", "Z") for s in states):
+                break
+            time.sleep(0.01)
+        return {"target": name, "pids": pids, "time": line["time"]}
+
+    def resume(self, target: str) -> dict[str, Any]:
+        component, pg_only = self.resolve(target)
+        name = f"{component}/postgres" if pg_only else component
+        pids = self._signal_component(component, signal.SIGCONT, pg_only)
+        line = self._end("hang", name, {"signal": "SIGCONT", "pids": pids})
+        return {"target": name, "pids": pids, "time": line["time"] if line else None}
+
+    # -- database ---------------------------------------------------------------------------
+    def failover_db(self, candidate: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """Patroni failover to the synchronous standby; returns once writes commit again."""
+        roles = self.env.db_roles()
+        leader = self.env.db_leader()
+        if leader is None:
+            raise NotRunning(f"no database primary to fail over from (roles {roles})")
+        if candidate is None:
+            candidate = next((n for n, r in roles.items() if r == "sync_standby"), None)
+        if candidate is None or candidate == leader or candidate not in roles:
+            raise EnvError(f"no eligible failover candidate (roles {roles}, asked {candidate!r})")
+        started = time.monotonic()
+        line = self._begin("failover_db", "database", {"from": leader, "to": candidate})
+        rest = self.env.components[candidate].ports["rest"]
+        response = httpx.post(f"http://127.0.0.1:{rest}/failover", json={"candidate": candidate},
+                              timeout=timeout)
+        if response.status_code != 200:
+            self._end("failover_db", "database", {"error": response.text.strip()})
+            raise EnvError(f"Patroni refused the failover to {candidate}: HTTP {response.status_code} "
+                           f"{response.text.strip()}")
+        deadline = time.monotonic() + timeout
+        while self.env.db_leader() != candidate and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.env.wait_db_writable(max(1.0, deadline - time.monotonic()))
+        seconds = round(time.monotonic() - started, 3)
+        # The fault ends when redundancy is back: with synchronous_mode only a *synchronous*
+        # standby may be promoted, so a primary loss right now would not fail over.
+        self.env.wait_sync_standby(max(1.0, deadline - time.monotonic()))
+        redundant = round(time.monotonic() - started, 3)
+        details = {"from": leader, "to": candidate, "writable_after_s": seconds,
+                   "sync_standby_after_s": redundant}
+        self._end("failover_db", "database", details)
+        return {**details, "time": line["time"]}
+
+    # -- network faults through the fault proxy ---------------------------------------------
+    def _route(self, route: str, mode: str) -> dict[str, Any]:
+        url = f"{self.env.endpoints['fault_proxy']}/routes/{route}"
+        try:
+            response = httpx.post(url, params={"mode": mode}, timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise NotRunning(f"fault proxy unreachable at {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise EnvError(f"fault proxy refused {route}={mode}: {response.text}")
+        return response.json()
+
+    def _proxy_fault(self, fault: str, target: str, route: str, mode: str) -> dict[str, Any]:
+        if mode not in PROXY_MODES:
+            raise EnvError(f"mode {mode!r} is not one of {PROXY_MODES}")
+        if self._is_active(fault, target):
+            return {"target": target, "already": True}
+        line = self._begin(fault, target, {"route": route, "mode": mode})
+        self._route(route, mode)
+        return {"target": target, "mode": mode, "time": line["time"]}
+
+    def _proxy_heal(self, fault: str, target: str, route: str) -> dict[str, Any]:
+        self._route(route, "pass")
+        line = self._end(fault, target, {"route": route, "mode": "pass"})
+        return {"target": target, "time": line["time"] if line else None}
+
+    def artifact_store_unreachable(self, mode: str = "blackhole") -> dict[str, Any]:
+        """Cut the S3 endpoint off (moto keeps running and keeps its data)."""
+        return self._proxy_fault("artifact_store_unreachable", "moto", "s3", mode)
+
+    def artifact_store_restore(self) -> dict[str, Any]:
+        return self._proxy_heal("artifact_store_unreachable", "moto", "s3")
+
+    def registry_unreachable(self, mode: str = "refuse") -> dict[str, Any]:
+        return self._proxy_fault("registry_unreachable", "registry", "registry", mode)
+
+    def registry_restore(self) -> dict[str, Any]:
+        return self._proxy_heal("registry_unreachable", "registry", "registry")
+
+    def _agent(self, name: str) -> str:
+        if name not in {a.name for a in self.env.agents}:
+            raise UnknownTarget(f"unknown agent {name!r}; agents: {', '.join(a.name for a in self.env.agents)}")
+        return name
+
+    def partition_agent(self, name: str, mode: str = "blackhole") -> dict[str, Any]:
+        """Cut one agent off from the control plane (its own proxy route); the others keep working."""
+        return self._proxy_fault("partition_agent", self._agent(name), f"agent-{name}", mode)
+
+    def heal_agent(self, name: str) -> dict[str, Any]:
+        return self._proxy_heal("partition_agent", self._agent(name), f"agent-{name}")
+
+    # -- capacity ---------------------------------------------------------------------------
+    def _pool_agents(self, pool: str) -> list[str]:
+        members = [a.name for a in self.env.agents if a.pool == pool]
+        if not members:
+            pools = sorted({a.pool for a in self.env.agents})
+            raise UnknownTarget(f"pool {pool!r} has no agents; pools: {', '.join(pools) or 'none'}")
+        return members
+
+    def withdraw_pool(self, pool: str, grace: float = 5.0) -> dict[str, Any]:
+        """Stop every agent of a pool (node group scaled to zero)."""
+        members = self._pool_agents(pool)
+        if self._is_active("withdraw_pool", pool):
+            return {"target": pool, "already": True}
+        pids = {m: self.env.component_pids(m) for m in members}
+        line = self._begin("withdraw_pool", pool, {"agents": members})
+        for member in members:
+            record = self.env.pid_record(member)
+            if record:
+                procs.signal_group(record["pgid"], signal.SIGCONT)
+                procs.signal_group(record["pgid"], signal.SIGTERM)
+        everyone = [p for group in pids.values() for p in group]
+        left = procs.wait_gone(everyone, grace)
+        procs.signal_pids(left, signal.SIGKILL)
+        procs.wait_gone(left, 5.0)
+        return {"target": pool, "agents": members, "time": line["time"]}
+
+    def restore_pool(self, pool: str, timeout: float = 60.0) -> dict[str, Any]:
+        members = self._pool_agents(pool)
+        for member in members:
+            procs.wait_reaped(self.env.component_pids(member), 3.0)
+            self.env.spawn(member)
+        self.env.wait_healthy(members, timeout)
+        line = self._end("withdraw_pool", pool, {"agents": members})
+        return {"target": pool, "agents": members, "time": line["time"] if line else None}
+
+    # -- all --------------------------------------------------------------------------------
+    def restore_all(self, reason: str = "restore_all") -> list[str]:
+        """Record the end of every active fault; revert the ones that outlive processes."""
+        restored = []
+        for key, fault in self.active().items():
+            if fault["fault"] in ("artifact_store_unreachable", "registry_unreachable", "partition_agent"):
+                try:
+                    route = {"artifact_store_unreachable": "s3", "registry_unreachable": "registry"}.get(
+                        fault["fault"], f"agent-{fault['target']}")
+                    self._route(route, "pass")
+                except EnvError:
+                    pass  # the proxy is going away with the environment anyway
+            if fault["fault"] == "hang":
+                component = fault["target"].split("/")[0]
+                if component in self.env.components:
+                    self._signal_component(component, signal.SIGCONT, fault["target"].endswith("/postgres"))
+            self._end(fault["fault"], fault["target"], {"restored_by": reason})
+            restored.append(key)
+        return restored
+
+    def restore_everything(self) -> list[str]:
+        """Undo every active fault for real (restart what was killed), e.g. between experiments."""
+        restored = []
+        for key, fault in list(self.active().items()):
+            kind, target = fault["fault"], fault["target"]
+            if kind in ("kill", "stop"):
+                self.start(target)
+            elif kind == "hang":
+                self.resume(target)
+            elif kind == "artifact_store_unreachable":
+                self.artifact_store_restore()
+            elif kind == "registry_unreachable":
+                self.registry_restore()
+            elif kind == "partition_agent":
+                self.heal_agent(target)
+            elif kind == "withdraw_pool":
+                self.restore_pool(target)
+            else:
+                self._end(kind, target, {"restored_by": "restore_everything"})
+            restored.append(key)
+        return restored
+
