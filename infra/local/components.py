@@ -405,20 +405,28 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
             port = ports[f"api{i}"]
             specs.append(ComponentSpec(
                 name=f"api-{i}", kind="api", group=Group.CONTROLPLANE,
-                argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port)),
+                argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port),
+                                  "--lease-seconds", str(LEASE_SECONDS)),
                 health=HealthCheck(f"http://127.0.0.1:{port}/readyz"),
                 ports={"http": port}, env=cp_env,
             ))
         specs.append(ComponentSpec(
             name="reconciler", kind="reconciler", group=Group.CONTROLPLANE,
             argv=gameday_argv("controlplane", "reconciler",
-                              "--metrics-port", str(ports["reconciler_metrics"])),
+                              "--metrics-port", str(ports["reconciler_metrics"]),
+                              "--lease-seconds", str(LEASE_SECONDS),
+                              "--agent-timeout", str(LEASE_SECONDS),
+                              "--progress-stale-seconds", str(3 * LEASE_SECONDS)),
             health=HealthCheck(f"http://127.0.0.1:{ports['reconciler_metrics']}/metrics"),
             ports={"metrics": ports["reconciler_metrics"]}, env=cp_env,
         ))
         for agent in agents:
             specs.append(agent_component(state, agent, ports, secrets))
     return {spec.name: spec for spec in specs}
+
+
+# Short leases keep local game days short: a lost agent's work moves within ~2 leases.
+LEASE_SECONDS = 5.0
 
 
 def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secrets: Secrets) -> ComponentSpec:

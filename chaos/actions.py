@@ -1,0 +1,240 @@
+"""Chaos Toolkit actions: faults (through the environment's driver) and workload steps.
+
+Plain functions with ``configuration``/``secrets`` keyword arguments (Chaos Toolkit binds the
+experiment's arguments against these signatures before anything runs). Every fault action
+returns when the fault is in effect; every inverse is idempotent, so rollbacks can always run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from chaos.context import ChaosError, Context, utcnow
+from gameday.platforms import PlatformError, SubmitRequest, Workload
+
+__all__ = [
+    "kill", "hang", "resume", "stop", "start", "crash_database_primary", "fail_over_database",
+    "make_artifact_store_unreachable", "restore_artifact_store", "make_registry_unreachable",
+    "restore_registry", "withdraw_pool", "restore_pool", "partition_agent", "heal_agent",
+    "partition_agent_running", "heal_partitioned", "kill_agent_during_checkpoint", "stop_agents_in_region",
+    "submit_workloads", "wait_for_operations", "restore_all",
+]
+
+Configuration = dict[str, Any] | None
+Secrets = dict[str, Any] | None
+
+
+def _ctx(configuration: Configuration) -> Context:
+    return Context.from_configuration(configuration)
+
+
+# -- faults ---------------------------------------------------------------------------------
+def kill(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """SIGKILL a component or one replica (``api-1``, ``reconciler``, ``cpu-1`` ...)."""
+    return _ctx(configuration).driver.kill(target)
+
+
+def hang(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.hang(target)
+
+
+def resume(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.resume(target)
+
+
+def stop(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.stop(target)
+
+
+def start(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.start(target)
+
+
+def crash_database_primary(writable_within: float = 30.0, configuration: Configuration = None,
+                           secrets: Secrets = None) -> dict:
+    """SIGKILL the primary's postgres processes (a crash Patroni sees) and return once a new
+    primary accepts writes, with the measured time."""
+    ctx = _ctx(configuration)
+    started = time.monotonic()
+    out = ctx.driver.kill("primary/postgres")
+    seconds = ctx.env.wait_db_writable(writable_within)
+    ctx.env.note("failover", {"automation": "failover", "writable_after_s": round(seconds, 3),
+                              "killed": out.get("target")})
+    return {**out, "writable_after_s": round(time.monotonic() - started, 3)}
+
+
+def fail_over_database(configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Planned failover to the synchronous standby (an operator's switch)."""
+    return _ctx(configuration).driver.failover_db()
+
+
+def make_artifact_store_unreachable(configuration: Configuration = None,
+                                    secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.artifact_store_unreachable()
+
+
+def restore_artifact_store(configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.artifact_store_restore()
+
+
+def make_registry_unreachable(configuration: Configuration = None,
+                              secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.registry_unreachable()
+
+
+def restore_registry(configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.registry_restore()
+
+
+def withdraw_pool(pool: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.withdraw_pool(pool)
+
+
+def restore_pool(pool: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.restore_pool(pool)
+
+
+def partition_agent(agent: str, configuration: Configuration = None,
+                    secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.partition_agent(agent)
+
+
+def heal_agent(agent: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    return _ctx(configuration).driver.heal_agent(agent)
+
+
+def _running_agent(ctx: Context, op_id: str) -> str:
+    view = ctx.platform.get(op_id, timeline=True)
+    live = [a for a in view.attempts if a["state"] in ("dispatched", "running")]
+    if not live:
+        raise ChaosError(f"operation {op_id} has no live attempt (state {view.state})")
+    return live[-1]["agent_name"]
+
+
+def partition_agent_running(tag: str, configuration: Configuration = None,
+                            secrets: Secrets = None) -> dict:
+    """Cut off the agent that runs the first operation submitted under ``tag``."""
+    ctx = _ctx(configuration)
+    op_id = ctx.recall(tag)[0]
+    agent = _running_agent(ctx, op_id)
+    ctx.remember(f"{tag}:partitioned", [agent])
+    return {"agent": agent, "operation_id": op_id, **ctx.driver.partition_agent(agent)}
+
+
+def heal_partitioned(tag: str, configuration: Configuration = None,
+                     secrets: Secrets = None) -> dict:
+    """Heal the agent that ``partition_agent_running`` cut off for ``tag``."""
+    ctx = _ctx(configuration)
+    return {"healed": [ctx.driver.heal_agent(a)["target"] for a in ctx.recall(f"{tag}:partitioned")]}
+
+
+def kill_agent_during_checkpoint(tag: str, after_step: int = 1, timeout: float = 60.0,
+                                 configuration: Configuration = None,
+                                 secrets: Secrets = None) -> dict:
+    """Wait for the workload's ``checkpoint_started`` event (step >= ``after_step``), then
+    SIGKILL the agent running it at once: a node lost in the middle of a checkpoint write.
+    Timed on the workload's own events, not a blind sleep."""
+    ctx = _ctx(configuration)
+    op_id = ctx.recall(tag)[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = ctx.platform.get(op_id, timeline=True)
+        started = [e for e in view.events if e["kind"] == "checkpoint_started"
+                   and (e.get("data") or {}).get("step", 0) >= after_step]
+        if started:
+            agent = _running_agent(ctx, op_id)
+            out = ctx.driver.kill(agent)
+            step = started[-1]["data"].get("step")
+            ctx.remember(f"{tag}:killed", [agent])
+            return {"agent": agent, "operation_id": op_id, "checkpoint_step": step,
+                    "checkpoint_event_at": started[-1]["time"], "killed_at": utcnow(), **out}
+        if view.terminal:
+            raise ChaosError(f"operation {op_id} ended ({view.state}) before a checkpoint")
+        time.sleep(0.05)
+    raise ChaosError(f"no checkpoint_started event for {op_id} within {timeout}s")
+
+
+def stop_agents_in_region(region: str, pool: str | None = None,
+                          configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Stop every agent of a region (optionally one pool): the region fails."""
+    ctx = _ctx(configuration)
+    agents = [a.name for a in ctx.env.agents if a.region == region and (pool is None or
+                                                                         a.pool == pool)]
+    if not agents:
+        raise ChaosError(f"no agents in region {region!r}" + (f" pool {pool!r}" if pool else ""))
+    return {"region": region, "stopped": [ctx.driver.stop(a)["target"] for a in agents]}
+
+
+def restore_all(configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Undo every active fault (restart what was killed or stopped, heal routes) and wait until
+    the environment is healthy again. Safe to call any number of times."""
+    ctx = _ctx(configuration)
+    restored = ctx.driver.restore_all()
+    ctx.env.wait_healthy(list(ctx.env.components), 90.0)
+    return {"restored": restored}
+
+
+# -- workload -------------------------------------------------------------------------------
+def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every: int = 10,
+                     step_delay: float = 0.05, seed: int = 7, regions: list[str] | None = None,
+                     dataset: str | None = None, accelerators: int = 0, max_retries: int = 3,
+                     wait_for: str | None = None, timeout: float = 60.0,
+                     configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Submit ``count`` sample training operations under ``tag`` (every acknowledgement goes to
+    the run's ledger) and optionally wait until they all reach state ``wait_for``."""
+    ctx = _ctx(configuration)
+    w = Workload(steps=steps, checkpoint_every=checkpoint_every, step_delay=step_delay,
+                 seed=seed, regions=tuple(regions) if regions else None, dataset=dataset,
+                 accelerators=accelerators, max_retries=max_retries,
+                 name=f"{ctx.experiment}-{tag}"[:120],
+                 queue="gpu" if accelerators else "default")
+    ids, acks = [], []
+    for _ in range(count):
+        key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
+        ack = _submit_with_retry(ctx, SubmitRequest(w, key), deadline=time.monotonic() + timeout)
+        ids.append(ack.operation_id)
+        acks.append({"operation_id": ack.operation_id, "idempotency_key": key,
+                     "acked_at": ack.acked_at, "project": getattr(ctx.platform, "project", ""),
+                     "status": ack.status, "source": f"experiment:{ctx.experiment}"})
+    ctx.ledger(acks)
+    ctx.remember(tag, ids)
+    if wait_for:
+        _wait(ctx, ids, {wait_for}, timeout)
+    return {"tag": tag, "operation_ids": ids}
+
+
+def _submit_with_retry(ctx: Context, req: SubmitRequest, deadline: float) -> Any:
+    # like any well-behaved client: retry with the same key until acknowledged
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            return ctx.platform.submit(req)
+        except PlatformError as exc:
+            last = exc
+            time.sleep(0.5)
+    raise ChaosError(f"submission not acknowledged before the deadline: {last}")
+
+
+def _wait(ctx: Context, ids: list[str], states: set[str], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        for op_id in ids:
+            if seen.get(op_id) not in states:
+                try:
+                    seen[op_id] = ctx.platform.get(op_id).state
+                except PlatformError:
+                    pass  # API briefly away during a fault: keep polling
+        if all(seen.get(i) in states for i in ids):
+            return seen
+        time.sleep(0.25)
+    raise ChaosError(f"operations not in {sorted(states)} within {timeout}s: {seen}")
+
+
+def wait_for_operations(tag: str, states: list[str] | str = "succeeded", timeout: float = 120.0,
+                        configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    ctx = _ctx(configuration)
+    wanted = {states} if isinstance(states, str) else set(states)
+    return {"tag": tag, "states": _wait(ctx, ctx.recall(tag), wanted, timeout)}

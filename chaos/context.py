@@ -1,0 +1,94 @@
+"""Where an experiment's probes and actions find the environment, the platform and the run.
+
+Everything comes from the experiment's Chaos Toolkit ``configuration`` (which reads environment
+variables set by ``gameday run``), so experiments stay plain Chaos Toolkit files that also run
+under a bare ``chaos run`` against an environment that is up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from chaos.drivers.base import FaultDriver
+from gameday.platforms import PlatformAdapter, get_adapter
+
+DEFAULTS = {"gameday_env": "local", "gameday_home": "", "gameday_run_dir": "",
+            "gameday_platform": "controlplane", "gameday_experiment": "adhoc"}
+
+
+class ChaosError(Exception):
+    """An action or probe could not do what it was asked (message says what and why)."""
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class Context:
+    env_name: str
+    home: Path | None
+    run_dir: Path
+    platform_name: str
+    experiment: str
+
+    @classmethod
+    def from_configuration(cls, configuration: dict[str, Any] | None) -> Context:
+        c = {**DEFAULTS, **{k: v for k, v in (configuration or {}).items() if v not in (None, "")}}
+        home = Path(c["gameday_home"]) if c["gameday_home"] else None
+        run_dir = Path(c["gameday_run_dir"] or os.environ.get("GAMEDAY_RUN_DIR") or
+                       Path.cwd() / "runs" / "adhoc")
+        return cls(c["gameday_env"], home, run_dir, c["gameday_platform"], c["gameday_experiment"])
+
+    @cached_property
+    def env(self) -> Any:
+        from infra.local.env import LocalEnvironment
+
+        return LocalEnvironment.load(self.env_name, self.home)
+
+    @cached_property
+    def platform(self) -> PlatformAdapter:
+        return get_adapter(self.platform_name, self.env.endpoints, self.env.tokens)
+
+    @cached_property
+    def driver(self) -> FaultDriver:
+        from chaos.drivers.local import LocalFaults
+
+        return LocalFaults(self.env)
+
+    # -- per-experiment scratch state (what this experiment submitted, under which tags) ----
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "experiments" / self.experiment / "state.json"
+
+    def remember(self, tag: str, ids: list[str]) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.state_file.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+            data.setdefault(tag, []).extend(ids)
+            self.state_file.write_text(json.dumps(data, indent=2))
+
+    def recall(self, tag: str) -> list[str]:
+        if not self.state_file.exists():
+            raise ChaosError(f"no operations were submitted under tag {tag!r} in this experiment")
+        ids = json.loads(self.state_file.read_text()).get(tag)
+        if not ids:
+            raise ChaosError(f"no operations were submitted under tag {tag!r} in this experiment")
+        return ids
+
+    def ledger(self, entries: list[dict[str, Any]]) -> None:
+        """Acknowledged submissions made by experiments count for durability like the load's."""
+        path = self.run_dir / "ledger-experiments.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            for e in entries:
+                f.write(json.dumps(e) + "\n")

@@ -1,0 +1,253 @@
+"""AWS fault primitives (boto3) for the cloud environments.
+
+Targets are what ``infra/`` creates: the RDS instance ``<project>-<stack>-controlplane``,
+the artifact bucket(s), and the EKS managed node groups ``<project>-<stack>-<pool>`` whose
+instances carry the ``eks:nodegroup-name`` tag. Changes with an inverse (bucket policy,
+node-group sizes) are written to the :class:`~chaos.drivers.cloud.FaultState` file before
+they are made, so a crashed run can still be rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from chaoslib.exceptions import ActivityFailed
+
+if TYPE_CHECKING:
+    from chaos.drivers.cloud import FaultState
+
+__all__ = ["DENY_SID", "AwsFaultError", "AwsFaults", "AwsTarget", "deny_statement"]
+
+logger = logging.getLogger("chaostoolkit")
+
+DENY_SID = "GamedayArtifactStoreUnreachable"  # fixed: lets restore find and strip our statement
+# Data-plane actions only: the deny can never block Get/Put/DeleteBucketPolicy (the undo).
+DENY_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
+                "s3:ListBucket", "s3:ListBucketVersions", "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts"]
+# Explicit timeouts: botocore's defaults can hang for minutes (DESIGN.md section 7).
+BOTO_CONFIG = Config(connect_timeout=10, read_timeout=60,
+                     retries={"max_attempts": 5, "mode": "standard"})
+
+
+class AwsFaultError(ActivityFailed):
+    """An AWS fault could not be applied or undone (Chaos Toolkit records it as data)."""
+
+
+@dataclass(frozen=True)
+class AwsTarget:
+    region: str
+    cluster_name: str
+    db_instance_id: str | None = None
+    buckets: tuple[str, ...] = ()
+    nodegroups: dict[str, str] = field(default_factory=dict)  # pool -> EKS node group name
+    deny_principal_arns: tuple[str, ...] = ()  # ArnLike patterns for aws:PrincipalArn
+    wait_timeout: float = 1800.0
+    poll_seconds: float = 15.0
+
+
+def deny_statement(bucket: str, principal_arns: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "Sid": DENY_SID, "Effect": "Deny", "Principal": "*", "Action": DENY_ACTIONS,
+        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+        "Condition": {"ArnLike": {"aws:PrincipalArn": list(principal_arns)}},
+    }
+
+
+def _without_deny(policy: str | None) -> str | None:
+    """A policy with our statement removed (None when nothing else is left)."""
+    if policy is None:
+        return None
+    doc = json.loads(policy)
+    statements = [s for s in doc.get("Statement", []) if s.get("Sid") != DENY_SID]
+    if len(statements) == len(doc.get("Statement", [])):
+        return policy  # untouched: keep the exact original text
+    return json.dumps({**doc, "Statement": statements}) if statements else None
+
+
+class AwsFaults:
+    def __init__(self, target: AwsTarget, state: FaultState,
+                 session: boto3.Session | None = None) -> None:
+        self.target, self.state = target, state
+        self._session = session or boto3.Session(region_name=target.region)
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, service: str) -> Any:
+        if service not in self._clients:  # building a botocore client costs ~0.1-0.5 s
+            self._clients[service] = self._session.client(service, region_name=self.target.region,
+                                                          config=BOTO_CONFIG)
+        return self._clients[service]
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            raise AwsFaultError(f"{what}: {err.get('Code')}: {err.get('Message')}") from exc
+
+    def _wait(self, what: str, done: Any) -> float:
+        started = time.monotonic()
+        while not done():
+            if time.monotonic() - started > self.target.wait_timeout:
+                raise AwsFaultError(f"{what}: not done after {self.target.wait_timeout:.0f}s")
+            time.sleep(self.target.poll_seconds)
+        return round(time.monotonic() - started, 3)
+
+    # -- database ---------------------------------------------------------------------------
+    def failover_db(self, plain_reboot: bool = False) -> dict[str, Any]:
+        """Multi-AZ: reboot with ForceFailover (the standby is promoted) and wait until the
+        instance is ``available``. Single-AZ is refused unless ``plain_reboot``."""
+        db_id = self.target.db_instance_id
+        if not db_id:
+            raise AwsFaultError("failover_db: no RDS instance id in the target config")
+        rds = self._client("rds")
+
+        def describe() -> dict[str, Any]:
+            return self._call(f"describe {db_id}", rds.describe_db_instances,
+                              DBInstanceIdentifier=db_id)["DBInstances"][0]
+
+        before = describe()
+        if before["DBInstanceStatus"] != "available":
+            raise AwsFaultError(f"{db_id} is {before['DBInstanceStatus']!r}, not available: "
+                                "refusing to stack a failover on an unfinished operation")
+        multi_az = bool(before.get("MultiAZ"))
+        if not multi_az and not plain_reboot:
+            raise AwsFaultError(f"{db_id} is single-AZ: there is no standby to fail over to; "
+                                "pass plain_reboot=True to reboot it in place (full outage)")
+        logger.warning("chaos failover_db: rebooting RDS %s (ForceFailover=%s, AZ %s)", db_id,
+                       multi_az, before.get("AvailabilityZone"))
+        self._call(f"reboot {db_id}", rds.reboot_db_instance, DBInstanceIdentifier=db_id,
+                   ForceFailover=multi_az)
+        seconds = self._wait(f"{db_id} available again",
+                             lambda: describe()["DBInstanceStatus"] == "available")
+        after = describe()
+        return {"target": db_id, "failover": multi_az, "seconds": seconds,
+                "az_before": before.get("AvailabilityZone"), "az_after": after.get("AvailabilityZone")}
+
+    # -- artifact store ---------------------------------------------------------------------
+    def _get_policy(self, s3: Any, bucket: str) -> str | None:
+        try:
+            return s3.get_bucket_policy(Bucket=bucket)["Policy"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchBucketPolicy":
+                return None
+            raise AwsFaultError(f"get policy of {bucket}: {exc}") from exc
+
+    def artifact_store_unreachable(self) -> dict[str, Any]:
+        """Add a Deny statement (Sid ``DENY_SID``) for the platform's roles to each bucket's
+        policy; the original policy text is kept in the state file."""
+        key = "artifact_store_unreachable"
+        if self.state.get(key) is not None:
+            return {"target": "artifact-store", "already": True}
+        if not self.target.buckets:
+            raise AwsFaultError("artifact_store_unreachable: no bucket in the target config")
+        if not self.target.deny_principal_arns:
+            raise AwsFaultError("artifact_store_unreachable: no deny principals; refusing to "
+                                "deny everyone (set denyPrincipalArns)")
+        s3 = self._client("s3")
+        # A leftover statement from a run whose state file was lost is not "original".
+        originals = {b: _without_deny(self._get_policy(s3, b)) for b in self.target.buckets}
+        undo = {"buckets": originals, "principals": list(self.target.deny_principal_arns)}
+        self.state.put(key, "artifact_store_unreachable", "artifact-store", undo)
+        for bucket, original in originals.items():
+            doc = json.loads(original) if original else {"Version": "2012-10-17", "Statement": []}
+            doc["Statement"] = [*doc.get("Statement", []),
+                                deny_statement(bucket, self.target.deny_principal_arns)]
+            logger.warning("chaos artifact_store_unreachable: deny %s on s3://%s",
+                           self.target.deny_principal_arns, bucket)
+            self._call(f"put policy {bucket}", s3.put_bucket_policy, Bucket=bucket,
+                       Policy=json.dumps(doc))
+        return {"target": "artifact-store", **undo}
+
+    def artifact_store_restore(self) -> dict[str, Any]:
+        """Put every bucket policy back exactly as recorded (deleted if there was none)."""
+        record = self.state.get("artifact_store_unreachable")
+        if record is None:
+            return {"target": "artifact-store", "already": True}
+        s3 = self._client("s3")
+        for bucket, original in record["undo"]["buckets"].items():
+            logger.warning("chaos artifact_store_restore: s3://%s policy back to original", bucket)
+            if original is None:
+                self._call(f"delete policy {bucket}", s3.delete_bucket_policy, Bucket=bucket)
+            else:
+                self._call(f"put policy {bucket}", s3.put_bucket_policy, Bucket=bucket,
+                           Policy=original)
+        self.state.pop("artifact_store_unreachable")
+        return {"target": "artifact-store", **record["undo"]}
+
+    # -- node groups ------------------------------------------------------------------------
+    def _nodegroup(self, pool: str) -> str:
+        try:
+            return self.target.nodegroups[pool]
+        except KeyError:
+            raise AwsFaultError(f"unknown pool {pool!r}; node groups: "
+                                f"{', '.join(self.target.nodegroups) or 'none'}") from None
+
+    def pool_instances(self, pool: str) -> list[dict[str, Any]]:
+        ec2 = self._client("ec2")
+        filters = [{"Name": "tag:eks:nodegroup-name", "Values": [self._nodegroup(pool)]},
+                   {"Name": "tag:eks:cluster-name", "Values": [self.target.cluster_name]},
+                   {"Name": "instance-state-name", "Values": ["running"]}]
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        found = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]))
+
+    def terminate_node(self, pool: str, instance_id: str | None = None) -> dict[str, Any]:
+        """Terminate one running instance of the pool's node group (oldest first); the
+        node group's Auto Scaling group replaces it. No inverse."""
+        instances = [i["InstanceId"] for i in self.pool_instances(pool)]
+        if not instances:
+            raise AwsFaultError(f"pool {pool!r} ({self._nodegroup(pool)}) has no running instance")
+        if instance_id is not None and instance_id not in instances:
+            raise AwsFaultError(f"{instance_id} is not a running instance of pool {pool!r}: "
+                                f"{instances}")
+        victim = instance_id or instances[0]
+        logger.warning("chaos terminate_node: terminating %s of node group %s", victim,
+                       self._nodegroup(pool))
+        self._call(f"terminate {victim}", self._client("ec2").terminate_instances,
+                   InstanceIds=[victim])
+        return {"target": pool, "nodegroup": self._nodegroup(pool), "instance": victim,
+                "remaining": [i for i in instances if i != victim]}
+
+    def _scale(self, pool: str, scaling: dict[str, int]) -> None:
+        eks, name = self._client("eks"), self._nodegroup(pool)
+        self._call(f"scale {name}", eks.update_nodegroup_config, clusterName=self.target.cluster_name,
+                   nodegroupName=name, scalingConfig=scaling)
+        self._wait(f"{name} active", lambda: eks.describe_nodegroup(
+            clusterName=self.target.cluster_name, nodegroupName=name)["nodegroup"]["status"] == "ACTIVE")
+
+    def withdraw_pool(self, pool: str) -> dict[str, Any]:
+        """Scale the node group to min 0 / desired 0 (max 1: EKS allows no lower)."""
+        key = f"withdraw_pool:{pool}"
+        if self.state.get(key) is not None:
+            return {"target": pool, "already": True}
+        name = self._nodegroup(pool)
+        group = self._call(f"describe {name}", self._client("eks").describe_nodegroup,
+                           clusterName=self.target.cluster_name, nodegroupName=name)["nodegroup"]
+        scaling = {k: int(group["scalingConfig"][k]) for k in ("minSize", "maxSize", "desiredSize")}
+        undo = {"mode": "nodegroup", "pool": pool, "nodegroup": name, "scaling": scaling}
+        self.state.put(key, "withdraw_pool", pool, undo)
+        logger.warning("chaos withdraw_pool: scaling node group %s from %s to 0", name, scaling)
+        self._scale(pool, {"minSize": 0, "maxSize": 1, "desiredSize": 0})
+        return {"target": pool, **undo}
+
+    def undo_withdraw(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        logger.warning("chaos restore_pool: node group %s back to %s", undo["nodegroup"],
+                       undo["scaling"])
+        self._scale(undo["pool"], undo["scaling"])
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
+    def restore_pool(self, pool: str) -> dict[str, Any]:
+        return self.undo_withdraw(f"withdraw_pool:{pool}") or {"target": pool, "already": True}

@@ -1,0 +1,300 @@
+"""The cloud fault driver (``dev`` / ``staging`` / ``prod``): Kubernetes + AWS behind one
+:class:`~chaos.drivers.base.FaultDriver`.
+
+Routing of each primitive (docs/chaos-cloud.md has the details and permissions):
+
+=============================================  ==============================================
+primitive                                      mechanism
+=============================================  ==============================================
+``kill(api-1 | reconciler | agent:<pool>)``    delete one pod, grace 0 (Kubernetes)
+``kill(db-primary)``                           ``failover_db()`` (a primary loss on RDS)
+``hang`` / ``resume``                          label pods + isolating NetworkPolicy (K8s)
+``stop`` / ``start``                           scale Deployment to 0 / recorded replicas
+``failover_db()``                              RDS reboot with ForceFailover (AWS)
+``artifact_store_unreachable`` / ``restore``   bucket-policy Deny for the platform roles (AWS)
+``registry_unreachable`` / ``restore``         workload egress excludes registry CIDRs (K8s)
+``withdraw_pool`` / ``restore_pool``           cordon + drain / uncordon (K8s), or with
+                                               ``poolWithdrawal: nodegroup`` scale the EKS
+                                               node group to 0 and back (AWS)
+``terminate_node(pool)``                       terminate one EC2 instance of the node group
+``partition_agent`` / ``heal_agent``           agent egress policy without the API pods (K8s)
+=============================================  ==============================================
+
+Every change with an inverse is recorded in a JSON state file *before* it is made;
+:meth:`CloudFaults.restore_all` replays the inverses from that file, so a run that crashed
+(or a new process) can still roll back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+from chaoslib.exceptions import ActivityFailed
+
+from chaos.drivers.aws import AwsFaults, AwsTarget
+from chaos.drivers.kubernetes import KubernetesFaults, KubeTarget
+
+__all__ = [
+    "ENVIRONMENTS",
+    "CloudConfigError",
+    "CloudFaults",
+    "CloudTarget",
+    "FaultState",
+    "ProdRefused",
+]
+
+ENVIRONMENTS = ("dev", "staging", "prod")
+DB_ALIASES = ("db-primary", "primary", "database")
+POOL_WITHDRAWAL = ("cordon", "nodegroup")
+
+
+class CloudConfigError(ActivityFailed):
+    """The cloud target description is invalid (names the key and the reason)."""
+
+
+class ProdRefused(ActivityFailed):
+    """Faults against prod need an explicit ``allow_prod=True``."""
+
+
+class FaultState:
+    """Active faults and what undoes them, persisted as JSON after every change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.path.read_text())["faults"]
+        except FileNotFoundError:
+            return {}
+
+    def _write(self, faults: dict[str, dict[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Atomic replace: a crash mid-write must not lose the undo information.
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"version": 1, "faults": faults}, out, indent=2, sort_keys=True)
+        os.replace(tmp, self.path)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._read().get(key)
+
+    def put(self, key: str, fault: str, target: str, undo: Mapping[str, Any]) -> None:
+        faults = self._read()
+        since = faults.get(key, {}).get("since") or datetime.now(UTC).isoformat()
+        faults[key] = {"fault": fault, "target": target, "since": since, "undo": dict(undo)}
+        self._write(faults)
+
+    def pop(self, key: str) -> None:
+        faults = self._read()
+        if faults.pop(key, None) is not None:
+            self._write(faults)
+
+    def active(self) -> dict[str, dict[str, Any]]:
+        return self._read()
+
+
+@dataclass(frozen=True)
+class CloudTarget:
+    environment: str
+    kube: KubeTarget
+    aws: AwsTarget
+    pool_withdrawal: str = "cordon"
+
+    # Keys as `pulumi stack output --json` exports them, plus what the stack does not export.
+    KEYS = ("environment", "project", "stack", "region", "clusterName", "kubeconfig", "context",
+            "controlPlaneNamespace", "workloadNamespaces", "agentPools", "artifactBucket",
+            "artifactBuckets", "databaseIdentifier", "nodeGroups", "denyPrincipalArns",
+            "registryCidrs", "registryPort", "partitionAllowCidrs", "poolWithdrawal",
+            "drainTimeout", "waitTimeout", "pollSeconds")
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], state_dir: Path | None = None) -> CloudTarget:
+        """Validate the whole description before anything runs; names derive from
+        ``<project>-<stack>`` as infra/ names them when the stack does not export them."""
+        unknown = sorted(set(cfg) - set(cls.KEYS))
+        if unknown:
+            raise CloudConfigError(f"cloud target: unknown key(s) {unknown}; known: {list(cls.KEYS)}")
+        env = cfg.get("environment")
+        if env not in ENVIRONMENTS:
+            raise CloudConfigError(f"cloud target: environment {env!r} is not one of {ENVIRONMENTS}")
+        if not cfg.get("region"):
+            raise CloudConfigError("cloud target: region is required (e.g. eu-west-1)")
+        withdrawal = cfg.get("poolWithdrawal", "cordon")
+        if withdrawal not in POOL_WITHDRAWAL:
+            raise CloudConfigError(f"cloud target: poolWithdrawal {withdrawal!r} is not one of "
+                                   f"{POOL_WITHDRAWAL}")
+        prefix = f"{cfg.get('project', 'mlplatform')}-{cfg.get('stack', env)}"
+        pools = tuple(cfg.get("agentPools", ("cpu", "gpu")))
+        buckets = tuple(cfg.get("artifactBuckets") or ([cfg["artifactBucket"]]
+                                                       if cfg.get("artifactBucket") else []))
+        kube = KubeTarget(
+            namespace=cfg.get("controlPlaneNamespace", "mlp-controlplane"),
+            workload_namespaces=tuple(cfg.get("workloadNamespaces", ("mlp-workloads",))),
+            agent_pools=pools, agent_name_prefix=prefix, context=cfg.get("context"),
+            kubeconfig=_kubeconfig_path(cfg.get("kubeconfig"), state_dir),
+            registry_cidrs=tuple(cfg.get("registryCidrs", ())),
+            registry_port=int(cfg.get("registryPort", 443)),
+            partition_allow_cidrs=tuple(cfg.get("partitionAllowCidrs", ())),
+            drain_timeout=int(cfg.get("drainTimeout", 300)),
+        )
+        aws = AwsTarget(
+            region=cfg["region"], cluster_name=cfg.get("clusterName", prefix),
+            db_instance_id=cfg.get("databaseIdentifier", f"{prefix}-controlplane"),
+            buckets=buckets,
+            nodegroups=dict(cfg.get("nodeGroups") or {p: f"{prefix}-{p}"
+                                                      for p in ("system", *pools)}),
+            # IRSA roles are auto-named "<prefix>-irsa-<sa>-role-<suffix>" by Pulumi.
+            deny_principal_arns=tuple(cfg.get("denyPrincipalArns",
+                                              (f"arn:aws:iam::*:role/{prefix}-irsa-*",))),
+            wait_timeout=float(cfg.get("waitTimeout", 1800)),
+            poll_seconds=float(cfg.get("pollSeconds", 15)),
+        )
+        return cls(environment=env, kube=kube, aws=aws, pool_withdrawal=withdrawal)
+
+
+def _kubeconfig_path(value: Any, state_dir: Path | None) -> str | None:
+    """The stack exports the kubeconfig *content* (JSON); chaosk8s needs a file."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping) or str(value).lstrip().startswith(("{", "apiVersion")):
+        if state_dir is None:
+            raise CloudConfigError("cloud target: an inline kubeconfig needs a state directory")
+        path = Path(state_dir) / "kubeconfig.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value) if isinstance(value, Mapping) else str(value))
+        path.chmod(0o600)
+        return str(path)
+    return str(value)
+
+
+class CloudFaults:
+    """``FaultDriver`` for dev/staging/prod; see the module docstring for the routing."""
+
+    name = "kubernetes+aws"
+
+    def __init__(self, config: Mapping[str, Any], state_file: Path, *, allow_prod: bool = False,
+                 session: boto3.Session | None = None) -> None:
+        state_file = Path(state_file)
+        self.target = CloudTarget.from_config(config, state_dir=state_file.parent)
+        if self.target.environment == "prod" and not allow_prod:
+            raise ProdRefused("refusing to inject faults into prod: pass allow_prod=True "
+                              "(experiments: configuration allow_prod: true) to confirm")
+        self.state = FaultState(state_file)
+        self.k8s = KubernetesFaults(self.target.kube, self.state)
+        self.aws = AwsFaults(self.target.aws, self.state, session=session)
+
+    @classmethod
+    def from_configuration(cls, configuration: Mapping[str, Any],
+                           secrets: Mapping[str, Any] | None = None) -> CloudFaults:
+        """Chaos Toolkit ``configuration``: ``cloud_target`` (dict or path to the JSON of
+        ``pulumi stack output --json`` plus extra keys), ``cloud_state_file``, ``allow_prod``."""
+        raw = configuration.get("cloud_target")
+        if isinstance(raw, str):
+            raw = json.loads(Path(raw).read_text())
+        if not isinstance(raw, Mapping):
+            raise CloudConfigError("configuration.cloud_target: a mapping or a JSON file path")
+        allow = str(configuration.get("allow_prod", "false")).lower() in ("1", "true", "yes")
+        state = Path(configuration.get("cloud_state_file", ".gameday/cloud-faults.json"))
+        return cls(raw, state, allow_prod=allow)
+
+    # -- processes / replicas ---------------------------------------------------------------
+    def kill(self, target: str) -> dict[str, Any]:
+        if target in DB_ALIASES:  # losing the RDS primary = a forced Multi-AZ failover
+            return self.aws.failover_db()
+        return self.k8s.kill(target)
+
+    def hang(self, target: str) -> dict[str, Any]:
+        return self.k8s.hang(target)
+
+    def resume(self, target: str) -> dict[str, Any]:
+        return self.k8s.resume(target)
+
+    def stop(self, target: str) -> dict[str, Any]:
+        return self.k8s.stop(target)
+
+    def start(self, target: str) -> dict[str, Any]:
+        if target in DB_ALIASES:
+            return {"target": target, "already": True}  # RDS brings itself back
+        return self.k8s.start(target)
+
+    # -- database / dependencies ------------------------------------------------------------
+    def failover_db(self, plain_reboot: bool = False) -> dict[str, Any]:
+        return self.aws.failover_db(plain_reboot=plain_reboot)
+
+    def artifact_store_unreachable(self) -> dict[str, Any]:
+        return self.aws.artifact_store_unreachable()
+
+    def artifact_store_restore(self) -> dict[str, Any]:
+        return self.aws.artifact_store_restore()
+
+    def registry_unreachable(self) -> dict[str, Any]:
+        return self.k8s.registry_unreachable()
+
+    def registry_restore(self) -> dict[str, Any]:
+        return self.k8s.registry_restore()
+
+    # -- capacity / network -----------------------------------------------------------------
+    def withdraw_pool(self, pool: str, mode: str | None = None) -> dict[str, Any]:
+        mode = mode or self.target.pool_withdrawal
+        if mode not in POOL_WITHDRAWAL:
+            raise CloudConfigError(f"withdraw_pool mode {mode!r} is not one of {POOL_WITHDRAWAL}")
+        active = self.state.get(f"withdraw_pool:{pool}")
+        if active is not None:
+            return {"target": pool, "already": True, "mode": active["undo"]["mode"]}
+        return self.aws.withdraw_pool(pool) if mode == "nodegroup" else self.k8s.withdraw_pool(pool)
+
+    def restore_pool(self, pool: str) -> dict[str, Any]:
+        return self._undo(f"withdraw_pool:{pool}") or {"target": pool, "already": True}
+
+    def terminate_node(self, pool: str, instance_id: str | None = None) -> dict[str, Any]:
+        return self.aws.terminate_node(pool, instance_id)
+
+    def partition_agent(self, agent: str) -> dict[str, Any]:
+        return self.k8s.partition_agent(agent)
+
+    def heal_agent(self, agent: str) -> dict[str, Any]:
+        return self.k8s.heal_agent(agent)
+
+    # -- all --------------------------------------------------------------------------------
+    def _undo(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        fault = record["fault"]
+        if fault == "stop":
+            return self.k8s.undo_stop(key)
+        if fault in ("hang", "partition_agent"):
+            return self.k8s.undo_isolation(key)
+        if fault == "registry_unreachable":
+            return self.k8s.registry_restore()
+        if fault == "artifact_store_unreachable":
+            return self.aws.artifact_store_restore()
+        if fault == "withdraw_pool":
+            driver = self.aws if record["undo"]["mode"] == "nodegroup" else self.k8s
+            return driver.undo_withdraw(key)
+        raise ActivityFailed(f"state file {self.state.path}: unknown fault {fault!r} ({key})")
+
+    def restore_all(self) -> list[str]:
+        """Undo every recorded fault, newest first; keep going past failures, then raise
+        naming them (their records stay in the state file for another try)."""
+        restored, failed = [], []
+        active = self.state.active()
+        for key in sorted(active, key=lambda k: active[k]["since"], reverse=True):
+            try:
+                self._undo(key)
+                restored.append(key)
+            except Exception as exc:  # noqa: BLE001 - one failed undo must not skip the rest
+                failed.append(f"{key}: {exc}")
+        if failed:
+            raise ActivityFailed(f"restore_all: {len(failed)} fault(s) not undone "
+                                 f"(still in {self.state.path}): {'; '.join(failed)}")
+        return restored

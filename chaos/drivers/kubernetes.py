@@ -1,0 +1,493 @@
+"""Kubernetes fault primitives for the cloud environments (dev / staging / prod on EKS).
+
+Targets are the objects ``infra/components/controlplane.py`` declares: Deployments
+``controlplane-api``, ``controlplane-reconciler`` and ``controlplane-agent-<pool>`` in the
+control-plane namespace, selected by ``app.kubernetes.io/name=controlplane`` +
+``app.kubernetes.io/component=<component>``, and nodes labelled
+``platform.gameday/pool=<pool>`` (``infra/components/nodepools.py``).
+
+Writes go through chaostoolkit-kubernetes (``chaosk8s``) where one of its actions fits;
+reads, pod labels and NetworkPolicy patches use the official client. Every change that has
+an inverse is written to the :class:`~chaos.drivers.cloud.FaultState` file *before* it is
+made, so ``restore_all`` can undo it after a crash.
+
+NetworkPolicies only ever *allow* (the allowed traffic of a pod is the union of every
+policy selecting it), so a "deny" policy of our own cannot cancel an existing allow rule.
+Where the platform already has allow rules (ingress to the API, workload egress on 443),
+the driver narrows them for the fault and puts back the exact original spec afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from chaosk8s import create_k8s_api_client
+from chaosk8s.deployment.actions import scale_deployment
+from chaosk8s.networking.actions import create_network_policy, remove_network_policy
+from chaosk8s.node.actions import cordon_node, drain_nodes, uncordon_node
+from chaosk8s.pod.actions import terminate_pods
+from chaoslib.exceptions import ActivityFailed
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+if TYPE_CHECKING:
+    from chaos.drivers.cloud import FaultState
+
+__all__ = [
+    "FAULT_LABEL",
+    "POOL_LABEL",
+    "Component",
+    "KubeTarget",
+    "KubernetesFaultError",
+    "KubernetesFaults",
+]
+
+logger = logging.getLogger("chaostoolkit")
+
+# Mirrors infra/components/common.py and controlplane.py (a test keeps them in sync; not
+# imported because that would pull Pulumi into every chaos run).
+POOL_LABEL = "platform.gameday/pool"
+APP_SELECTOR = {"app.kubernetes.io/name": "controlplane"}
+API_COMPONENT = "api"
+FAULT_LABEL = "gameday.platform/fault"  # put on pods a fault isolates; our policies select it
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gameday-chaos"}
+SYSTEM_POOL = "system"
+
+
+class KubernetesFaultError(ActivityFailed):
+    """A Kubernetes fault could not be applied or undone (Chaos Toolkit records it as data)."""
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """Where the platform runs in one cluster (defaults match infra/config.py)."""
+
+    namespace: str = "mlp-controlplane"
+    workload_namespaces: tuple[str, ...] = ("mlp-workloads",)
+    agent_pools: tuple[str, ...] = ("cpu", "gpu")
+    agent_name_prefix: str = ""  # agents are named "<project>-<stack>-<pool>" in the cloud
+    context: str | None = None
+    kubeconfig: str | None = None  # a path; None = $KUBECONFIG / ~/.kube/config / in-pod
+    registry_cidrs: tuple[str, ...] = ()  # e.g. the ECR interface-endpoint ENI IPs (/32)
+    registry_port: int = 443
+    partition_allow_cidrs: tuple[str, ...] = ()  # egress a partitioned agent keeps (K8s API ...)
+    drain_timeout: int = 300
+
+
+@dataclass(frozen=True)
+class Component:
+    deployment: str
+    component: str
+    index: int | None = None  # "api-2" -> the 2nd running pod (by name); None = all / any
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {**APP_SELECTOR, "app.kubernetes.io/component": self.component}
+
+    @property
+    def label_selector(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.selector.items())
+
+
+def _dns_label(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", text.lower()).strip("-")[:50]
+
+
+@dataclass
+class KubernetesFaults:
+    target: KubeTarget
+    state: FaultState
+    _serializer: client.ApiClient = field(default_factory=client.ApiClient, repr=False)
+
+    # -- clients ----------------------------------------------------------------------------
+    @property
+    def _secrets(self) -> dict[str, str]:
+        return {"KUBERNETES_CONTEXT": self.target.context} if self.target.context else {}
+
+    @contextmanager
+    def _kubeconfig(self) -> Iterator[None]:
+        # chaosk8s reads the kubeconfig path from $KUBECONFIG only; point it at ours for
+        # the duration of one call.
+        if not self.target.kubeconfig:
+            yield
+            return
+        before = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = self.target.kubeconfig
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("KUBECONFIG", None)
+            else:
+                os.environ["KUBECONFIG"] = before
+
+    def _api(self) -> client.ApiClient:
+        with self._kubeconfig():
+            return create_k8s_api_client(self._secrets)
+
+    def _chaosk8s(self, fn: Any, **kwargs: Any) -> Any:
+        with self._kubeconfig():
+            try:
+                return fn(secrets=self._secrets, **kwargs)
+            except ApiException as exc:
+                raise KubernetesFaultError(f"{fn.__name__}({kwargs}): HTTP {exc.status} "
+                                           f"{exc.reason}") from exc
+
+    def _to_dict(self, obj: Any) -> dict[str, Any]:
+        return self._serializer.sanitize_for_serialization(obj)
+
+    # -- targets ----------------------------------------------------------------------------
+    def resolve(self, target: str) -> Component:
+        """``api``/``api-N``, ``reconciler[-N]``, ``agent:<pool>|<pool>-N|<agent name>``."""
+        kind, _, rest = target.partition(":")
+        if kind == "agent" and rest:
+            return self._agent_component(rest)
+        base, _, idx = target.rpartition("-")
+        name, index = (base, int(idx)) if idx.isdigit() and base else (target, None)
+        if name in ("api", "reconciler"):
+            return Component(f"controlplane-{name}", name, index)
+        if name.startswith("agent-") or name in self.target.agent_pools:
+            return self._agent_component(target)
+        raise KubernetesFaultError(
+            f"unknown target {target!r}; use api, api-<n>, reconciler, agent:<pool> "
+            f"(pools: {', '.join(self.target.agent_pools)})")
+
+    def _agent_component(self, agent: str) -> Component:
+        name = agent.removeprefix("agent-")
+        if self.target.agent_name_prefix:
+            name = name.removeprefix(f"{self.target.agent_name_prefix}-")
+        base, _, idx = name.rpartition("-")
+        pool, index = (base, int(idx)) if idx.isdigit() and base else (name, None)
+        if pool not in self.target.agent_pools:
+            raise KubernetesFaultError(f"unknown agent {agent!r}; agent pools: "
+                                       f"{', '.join(self.target.agent_pools)}")
+        return Component(f"controlplane-agent-{pool}", f"agent-{pool}", index)
+
+    def _running_pods(self, comp: Component) -> list[client.V1Pod]:
+        pods = client.CoreV1Api(self._api()).list_namespaced_pod(
+            self.target.namespace, label_selector=comp.label_selector).items
+        alive = [p for p in pods if p.status and p.status.phase == "Running"
+                 and not p.metadata.deletion_timestamp]
+        return sorted(alive, key=lambda p: p.metadata.name)
+
+    def _pick(self, comp: Component) -> list[client.V1Pod]:
+        pods = self._running_pods(comp)
+        if not pods:
+            raise KubernetesFaultError(f"no running pod of {comp.deployment} in "
+                                       f"{self.target.namespace}")
+        if comp.index is None:
+            return pods
+        return [pods[(comp.index - 1) % len(pods)]]
+
+    # -- kill / stop / start ----------------------------------------------------------------
+    def kill(self, target: str) -> dict[str, Any]:
+        """Delete one pod of the Deployment with grace 0 (SIGKILL); its ReplicaSet replaces it."""
+        comp = self.resolve(target)
+        pod = self._pick(comp)[0].metadata.name
+        logger.warning("chaos kill: deleting pod %s/%s (grace 0) of %s", self.target.namespace,
+                       pod, comp.deployment)
+        deleted = self._chaosk8s(terminate_pods, label_selector=comp.label_selector,
+                                 name_pattern=f"^{re.escape(pod)}$", grace_period=0,
+                                 ns=self.target.namespace)
+        return {"target": target, "deployment": comp.deployment, "pods": deleted}
+
+    def _deployment(self, comp: Component) -> client.V1Deployment:
+        try:
+            return client.AppsV1Api(self._api()).read_namespaced_deployment(
+                comp.deployment, self.target.namespace)
+        except ApiException as exc:
+            raise KubernetesFaultError(f"deployment {self.target.namespace}/{comp.deployment}: "
+                                       f"HTTP {exc.status} {exc.reason}") from exc
+
+    def stop(self, target: str) -> dict[str, Any]:
+        """Scale the whole Deployment to 0 after recording its replica count."""
+        comp = self.resolve(target)
+        key = f"stop:{comp.deployment}"
+        if (record := self.state.get(key)) is not None:
+            return {"target": target, "already": True, **record["undo"]}
+        replicas = self._deployment(comp).spec.replicas or 0
+        undo = {"namespace": self.target.namespace, "deployment": comp.deployment,
+                "replicas": replicas}
+        self.state.put(key, "stop", target, undo)
+        logger.warning("chaos stop: scaling %s/%s from %d to 0", self.target.namespace,
+                       comp.deployment, replicas)
+        self._chaosk8s(scale_deployment, name=comp.deployment, replicas=0,
+                       ns=self.target.namespace)
+        return {"target": target, **undo}
+
+    def start(self, target: str) -> dict[str, Any]:
+        """Inverse of stop: scale back to the recorded count (no record: nothing to do)."""
+        comp = self.resolve(target)
+        return self.undo_stop(f"stop:{comp.deployment}") or {"target": target, "already": True}
+
+    def undo_stop(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        logger.warning("chaos start: scaling %s/%s back to %d", undo["namespace"],
+                       undo["deployment"], undo["replicas"])
+        self._chaosk8s(scale_deployment, name=undo["deployment"], replicas=undo["replicas"],
+                       ns=undo["namespace"])
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
+    # -- isolation (hang, partition) --------------------------------------------------------
+    def _label_pods(self, namespace: str, pods: list[str], value: str | None) -> None:
+        core = client.CoreV1Api(self._api())
+        for pod in pods:
+            try:
+                core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": {FAULT_LABEL: value}}})
+            except ApiException as exc:
+                if exc.status != 404 or value is not None:  # a gone pod needs no unlabelling
+                    raise KubernetesFaultError(f"label pod {namespace}/{pod}: HTTP {exc.status}") from exc
+
+    def _policy_body(self, name: str, value: str, types: list[str],
+                     egress: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"podSelector": {"matchLabels": {FAULT_LABEL: value}},
+                                "policyTypes": types}
+        if egress:
+            spec["egress"] = egress
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": self.target.namespace,
+                             "labels": dict(MANAGED_BY)}, "spec": spec}
+
+    def _create_policy(self, body: dict[str, Any]) -> None:
+        try:
+            self._chaosk8s(create_network_policy, spec=body, ns=body["metadata"]["namespace"])
+        except KubernetesFaultError as exc:
+            if not isinstance(exc.__cause__, ApiException) or exc.__cause__.status != 409:
+                raise  # 409: left over from a crashed run, already in effect
+
+    def _remove_policy(self, namespace: str, name: str) -> None:
+        try:
+            self._chaosk8s(remove_network_policy, name=name, ns=namespace)
+        except KubernetesFaultError as exc:
+            if not isinstance(exc.__cause__, ApiException) or exc.__cause__.status != 404:
+                raise
+
+    def _exclude_from_ingress_allows(self, namespace: str) -> dict[str, Any]:
+        """Make every ingress-allowing policy skip pods carrying FAULT_LABEL; return the
+        original podSelectors so the exact prior state can be put back."""
+        net = client.NetworkingV1Api(self._api())
+        originals: dict[str, Any] = {}
+        for pol in net.list_namespaced_network_policy(namespace).items:
+            spec = self._to_dict(pol.spec)
+            if _ours(pol) or not spec.get("ingress"):
+                continue
+            selector = spec.get("podSelector") or {}
+            exprs = selector.get("matchExpressions") or []
+            if any(e.get("key") == FAULT_LABEL for e in exprs):
+                continue  # already narrowed by an earlier, unfinished call
+            originals[pol.metadata.name] = copy.deepcopy(selector)
+            selector["matchExpressions"] = [*exprs, {"key": FAULT_LABEL, "operator": "DoesNotExist"}]
+            net.patch_namespaced_network_policy(pol.metadata.name, namespace,
+                                                {"spec": {"podSelector": selector}})
+        return originals
+
+    def _restore_policies(self, namespace: str, originals: dict[str, Any]) -> None:
+        net = client.NetworkingV1Api(self._api())
+        for name, selector in originals.items():
+            try:
+                body = self._to_dict(net.read_namespaced_network_policy(name, namespace))
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            body["spec"]["podSelector"] = selector  # replace, not merge: exact original
+            net.replace_namespaced_network_policy(name, namespace, body)
+
+    def hang(self, target: str) -> dict[str, Any]:
+        """Isolate the target pods (ingress + egress): they keep running but nobody reaches
+        them and they reach nothing, which clients see as a hang."""
+        comp = self.resolve(target)
+        key = f"hang:{target}"
+        if self.state.get(key) is not None:
+            return {"target": target, "already": True}
+        ns, value = self.target.namespace, f"hang-{_dns_label(target)}"
+        pods = [p.metadata.name for p in self._pick(comp)]
+        undo: dict[str, Any] = {"namespace": ns, "pods": pods, "policy": f"gameday-{value}",
+                                "label": value, "narrowed": {}}
+        self.state.put(key, "hang", target, undo)
+        logger.warning("chaos hang: isolating pods %s of %s/%s", pods, ns, comp.deployment)
+        self._label_pods(ns, pods, value)
+        self._create_policy(self._policy_body(undo["policy"], value, ["Ingress", "Egress"]))
+        undo["narrowed"] = self._exclude_from_ingress_allows(ns)
+        self.state.put(key, "hang", target, undo)
+        return {"target": target, **undo}
+
+    def resume(self, target: str) -> dict[str, Any]:
+        return self.undo_isolation(f"hang:{target}") or {"target": target, "already": True}
+
+    def undo_isolation(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        logger.warning("chaos heal: removing %s/%s, unlabelling %s", undo["namespace"],
+                       undo["policy"], undo["pods"])
+        self._restore_policies(undo["namespace"], undo.get("narrowed", {}))
+        self._remove_policy(undo["namespace"], undo["policy"])
+        self._label_pods(undo["namespace"], undo["pods"], None)
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
+    def partition_agent(self, agent: str) -> dict[str, Any]:
+        """Deny egress from the agent's pod(s) to the control-plane API pods; DNS, other pods
+        and ``partition_allow_cidrs`` stay reachable."""
+        comp = self._agent_component(agent)
+        key = f"partition_agent:{agent}"
+        if self.state.get(key) is not None:
+            return {"target": agent, "already": True}
+        ns, value = self.target.namespace, f"partition-{_dns_label(comp.component)}"
+        pods = [p.metadata.name for p in self._pick(comp)]
+        undo = {"namespace": ns, "pods": pods, "policy": f"gameday-{value}", "label": value,
+                "narrowed": {}}
+        # Egress allow-list = everything except the API pods (no egress policy exists in
+        # the namespace, so nothing else can re-allow them).
+        not_api = {"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "NotIn",
+                                         "values": [API_COMPONENT]}]}
+        other_ns = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                          "values": [ns]}]}
+        egress = [{"to": [{"podSelector": not_api}, {"namespaceSelector": other_ns}]}]
+        egress += [{"to": [{"ipBlock": {"cidr": c}} for c in self.target.partition_allow_cidrs]}] \
+            if self.target.partition_allow_cidrs else []
+        self.state.put(key, "partition_agent", agent, undo)
+        logger.warning("chaos partition: agent pods %s in %s lose the control-plane API", pods, ns)
+        self._label_pods(ns, pods, value)
+        self._create_policy(self._policy_body(undo["policy"], value, ["Egress"], egress))
+        return {"target": agent, **undo}
+
+    def heal_agent(self, agent: str) -> dict[str, Any]:
+        return self.undo_isolation(f"partition_agent:{agent}") or {"target": agent, "already": True}
+
+    # -- registry ---------------------------------------------------------------------------
+    def registry_unreachable(self) -> dict[str, Any]:
+        """Add the registry CIDRs to the ``except`` of every workload-namespace egress rule
+        that allows the registry port (the only way to take an allow away)."""
+        key = "registry_unreachable"
+        if self.state.get(key) is not None:
+            return {"target": "registry", "already": True}
+        if not self.target.registry_cidrs:
+            raise KubernetesFaultError("registry_unreachable needs registry_cidrs (the ECR "
+                                       "endpoint addresses) in the target config")
+        net = client.NetworkingV1Api(self._api())
+        originals: dict[str, dict[str, Any]] = {}
+        changes: list[tuple[str, str, dict[str, Any]]] = []
+        for ns in self.target.workload_namespaces:
+            for pol in net.list_namespaced_network_policy(ns).items:
+                spec = self._to_dict(pol.spec)
+                if self._narrow_egress(spec):
+                    originals[f"{ns}/{pol.metadata.name}"] = self._to_dict(pol.spec)
+                    changes.append((ns, pol.metadata.name, spec))
+        undo = {"policies": originals, "cidrs": list(self.target.registry_cidrs)}
+        self.state.put(key, "registry_unreachable", "registry", undo)
+        for ns, name, spec in changes:
+            logger.warning("chaos registry: %s/%s egress now excludes %s", ns, name,
+                           self.target.registry_cidrs)
+            body = self._to_dict(net.read_namespaced_network_policy(name, ns))
+            body["spec"] = spec
+            net.replace_namespaced_network_policy(name, ns, body)
+        return {"target": "registry", **undo}
+
+    def _narrow_egress(self, spec: dict[str, Any]) -> bool:
+        changed = False
+        for rule in spec.get("egress") or []:
+            ports = rule.get("ports") or []
+            if ports and not any(p.get("port") == self.target.registry_port for p in ports):
+                continue
+            for peer in rule.get("to") or []:
+                block = peer.get("ipBlock")
+                if block and _covers_any(block):
+                    missing = [c for c in self.target.registry_cidrs if c not in block.get("except", [])]
+                    if missing:
+                        block["except"] = [*block.get("except", []), *missing]
+                        changed = True
+        return changed
+
+    def registry_restore(self) -> dict[str, Any]:
+        record = self.state.get("registry_unreachable")
+        if record is None:
+            return {"target": "registry", "already": True}
+        net = client.NetworkingV1Api(self._api())
+        for ref, spec in record["undo"]["policies"].items():
+            ns, name = ref.split("/", 1)
+            try:
+                body = self._to_dict(net.read_namespaced_network_policy(name, ns))
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            body["spec"] = spec
+            logger.warning("chaos registry restore: %s back to its original spec", ref)
+            net.replace_namespaced_network_policy(name, ns, body)
+        self.state.pop("registry_unreachable")
+        return {"target": "registry", **record["undo"]}
+
+    # -- node pools -------------------------------------------------------------------------
+    def withdraw_pool(self, pool: str, evict: bool = True) -> dict[str, Any]:
+        """Cordon every node of the pool and (``evict``) drain it through the eviction API."""
+        if pool == SYSTEM_POOL:
+            raise KubernetesFaultError("refusing to withdraw the system pool: the control "
+                                       "plane itself runs there (use kill/stop instead)")
+        key = f"withdraw_pool:{pool}"
+        if self.state.get(key) is not None:
+            return {"target": pool, "already": True}
+        selector = f"{POOL_LABEL}={pool}"
+        nodes = client.CoreV1Api(self._api()).list_node(label_selector=selector).items
+        # Restore must leave nodes someone else had cordoned cordoned.
+        ours = sorted(n.metadata.name for n in nodes if not (n.spec and n.spec.unschedulable))
+        undo = {"mode": "cordon", "pool": pool, "cordoned": ours,
+                "already_cordoned": sorted({n.metadata.name for n in nodes} - set(ours))}
+        self.state.put(key, "withdraw_pool", pool, undo)
+        if not nodes:
+            logger.warning("chaos withdraw_pool: pool %s has no nodes right now", pool)
+            return {"target": pool, **undo, "drained": []}
+        logger.warning("chaos withdraw_pool: cordoning%s nodes %s (%s)",
+                       " and draining" if evict else "", ours, selector)
+        for node in ours:
+            self._chaosk8s(cordon_node, name=node)
+        drained: list[str] = []
+        if evict:
+            # Control-plane and workload pods mount an emptyDir (/tmp): allow evicting them.
+            drained = self._chaosk8s(drain_nodes, label_selector=selector,
+                                     delete_pods_with_local_storage=True,
+                                     timeout=self.target.drain_timeout)
+        return {"target": pool, **undo, "drained": drained}
+
+    def restore_pool(self, pool: str) -> dict[str, Any]:
+        return self.undo_withdraw(f"withdraw_pool:{pool}") or {"target": pool, "already": True}
+
+    def undo_withdraw(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        present = {n.metadata.name for n in client.CoreV1Api(self._api()).list_node(
+            label_selector=f"{POOL_LABEL}={undo['pool']}").items}
+        back = [n for n in undo["cordoned"] if n in present]  # replaced nodes come uncordoned
+        logger.warning("chaos restore_pool: uncordoning %s", back)
+        for node in back:
+            self._chaosk8s(uncordon_node, name=node)
+        self.state.pop(key)
+        return {"target": record["target"], **undo, "uncordoned": back}
+
+
+def _ours(pol: client.V1NetworkPolicy) -> bool:
+    labels = pol.metadata.labels or {}
+    return labels.get("app.kubernetes.io/managed-by") == MANAGED_BY["app.kubernetes.io/managed-by"]
+
+
+def _covers_any(block: dict[str, Any]) -> bool:
+    """An ipBlock wide enough to be a general-egress allow (a /0 .. /8)."""
+    try:
+        return int(str(block.get("cidr", "")).split("/")[1]) <= 8
+    except (IndexError, ValueError):
+        return False

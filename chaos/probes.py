@@ -1,0 +1,179 @@
+"""Chaos Toolkit probes: SLI-shaped questions about the platform, answered with booleans or
+small values the steady-state hypothesis checks with a tolerance."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from chaos.context import ChaosError, Context, utcnow
+from gameday.platforms import PlatformError, SubmitRequest, Workload
+
+__all__ = [
+    "api_ready", "submission_acknowledged", "database_writable", "environment_healthy",
+    "operations_in_state", "operations_blocked_with_reason", "single_terminal_attempt",
+    "stale_report_refused", "attempts_bounded", "resumed_with_identical_weights",
+    "errors_kept", "never_ran_outside",
+]
+
+Configuration = dict[str, Any] | None
+Secrets = dict[str, Any] | None
+
+
+def _ctx(configuration: Configuration) -> Context:
+    return Context.from_configuration(configuration)
+
+
+def api_ready(configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """The platform answers through its load balancer and can reach its database."""
+    return _ctx(configuration).platform.healthy()[0]
+
+
+def submission_acknowledged(timeout: float = 10.0, configuration: Configuration = None,
+                            secrets: Secrets = None) -> bool:
+    """A small submission is acknowledged within ``timeout`` (retrying with its key)."""
+    ctx = _ctx(configuration)
+    key = f"{ctx.experiment}-probe-{uuid.uuid4()}"
+    w = Workload(steps=2, checkpoint_every=1, step_delay=0.0, name=f"{ctx.experiment}-probe")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ack = ctx.platform.submit(SubmitRequest(w, key))
+        except PlatformError:
+            time.sleep(0.2)
+            continue
+        ctx.ledger([{"operation_id": ack.operation_id, "idempotency_key": key,
+                     "acked_at": ack.acked_at, "project": getattr(ctx.platform, "project", ""),
+                     "status": ack.status, "source": f"probe:{ctx.experiment}"}])
+        return True
+    return False
+
+
+def database_writable(configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    return bool(_ctx(configuration).env.db_writable())
+
+
+def environment_healthy(configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """Every component healthy and no fault active: the only state worth injecting into."""
+    status = _ctx(configuration).env.status()
+    return bool(status["healthy"]) and not status.get("active_faults")
+
+
+def _views(ctx: Context, tag: str, timeline: bool = False) -> list[Any]:
+    """The operations this experiment submitted under ``tag``; none before the method ran, so
+    tag probes are vacuously true in the steady-state check *before* the method."""
+    try:
+        ids = ctx.recall(tag)
+    except ChaosError:
+        return []
+    return [ctx.platform.get(i, timeline=timeline) for i in ids]
+
+
+def operations_in_state(tag: str, states: list[str] | str = "succeeded", within: float = 0.0,
+                        configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """Every operation of ``tag`` is in one of ``states`` (waiting up to ``within`` s)."""
+    ctx = _ctx(configuration)
+    wanted = {states} if isinstance(states, str) else set(states)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if all(v.state in wanted for v in _views(ctx, tag)):
+                return True
+        except PlatformError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
+
+
+def operations_blocked_with_reason(tag: str, reason_contains: str = "",
+                                   configuration: Configuration = None,
+                                   secrets: Secrets = None) -> bool:
+    """Waiting work says why: blocked/queued with a pending reason (and the expected words)."""
+    for v in _views(_ctx(configuration), tag):
+        if v.state not in ("blocked", "queued") or not v.pending_reason:
+            return False
+        if reason_contains and reason_contains not in (v.state_reason or ""):
+            return False
+    return True
+
+
+def never_ran_outside(tag: str, regions: list[str], configuration: Configuration = None,
+                      secrets: Secrets = None) -> bool:
+    """No attempt of ``tag`` was ever dispatched to an agent outside ``regions``."""
+    ctx = _ctx(configuration)
+    allowed = {a.name for a in ctx.env.agents if a.region in regions}
+    return all(a["agent_name"] in allowed for v in _views(ctx, tag, True) for a in v.attempts)
+
+
+def single_terminal_attempt(tag: str, configuration: Configuration = None,
+                            secrets: Secrets = None) -> bool:
+    """Each succeeded operation has exactly one succeeded attempt and no live attempt."""
+    for v in _views(_ctx(configuration), tag, timeline=True):
+        states = [a["state"] for a in v.attempts]
+        if v.state == "succeeded" and states.count("succeeded") != 1:
+            return False
+        if v.terminal and any(s in ("dispatched", "running") for s in states):
+            return False
+    return True
+
+
+def stale_report_refused(tag: str, configuration: Configuration = None,
+                         secrets: Secrets = None) -> dict:
+    """Fencing holds: a success report carrying the lost attempt's (old) fencing token is
+    refused with 409. If the partitioned agent already tried after healing, its refusal is in
+    the events; otherwise the probe replays that late report itself, as the stale agent would.
+    (Control-plane specific: other platforms have no fencing tokens to replay.)"""
+    import httpx
+
+    ctx = _ctx(configuration)
+    views = _views(ctx, tag, True)
+    if not views:
+        return {"refused": True, "note": "nothing submitted yet"}
+    view = views[0]
+    lost = [a for a in view.attempts if a["state"] == "lost" and a.get("fencing_token")]
+    if not lost:
+        raise ChaosError(f"operation {view.id} has no lost attempt: the lease never moved")
+    seen = [e for e in view.events if e["kind"] == "stale_report_refused"]
+    r = httpx.post(f"{ctx.env.endpoints['api']}/v1/attempts/{lost[0]['id']}/report",
+                   headers={"Authorization": f"Bearer {ctx.env.tokens['agent']}",
+                            "X-Agent-Name": lost[0]["agent_name"]},
+                   json={"fencing_token": lost[0]["fencing_token"], "state": "succeeded",
+                         "result": {"late": True}}, timeout=10)
+    return {"refused": r.status_code == 409, "status": r.status_code,
+            "refused_before_replay": len(seen), "detail": r.json().get("detail")}
+
+
+def attempts_bounded(tag: str, max_attempts: int, configuration: Configuration = None,
+                     secrets: Secrets = None) -> bool:
+    """No retry storm: at most ``max_attempts`` attempts per operation."""
+    return all(len(v.attempts) <= max_attempts
+               for v in _views(_ctx(configuration), tag, timeline=True))
+
+
+def errors_kept(tag: str, contains: str, configuration: Configuration = None,
+                secrets: Secrets = None) -> bool:
+    """The original error (e.g. ``registry_unreachable``) is kept on the operation."""
+    return all(contains in (v.state_reason or "") or any(
+        contains in str(a.get("error") or "") for a in v.attempts)
+        for v in _views(_ctx(configuration), tag, timeline=True))
+
+
+def resumed_with_identical_weights(tag: str, reference_tag: str,
+                                   configuration: Configuration = None,
+                                   secrets: Secrets = None) -> dict:
+    """The interrupted run resumed from a checkpoint and its final weights equal the
+    uninterrupted reference run's (same seed): bit-identical, by sha256."""
+    ctx = _ctx(configuration)
+    runs, refs = _views(ctx, tag), _views(ctx, reference_tag)
+    if not runs or not refs:
+        return {"identical": True, "note": "nothing submitted yet"}
+    run, ref = runs[0], refs[0]
+    if run.state != "succeeded" or ref.state != "succeeded":
+        raise ChaosError(f"not both succeeded: {run.state}, reference {ref.state}")
+    a, b = run.result or {}, ref.result or {}
+    return {"identical": a.get("weights_sha256") == b.get("weights_sha256") is not None,
+            "resumed_from_step": a.get("resumed_from_step"),
+            "torn_checkpoints_skipped": a.get("torn_checkpoints_skipped"),
+            "weights_sha256": a.get("weights_sha256"), "checked_at": utcnow()}

@@ -1,0 +1,16 @@
+"""Platform adapters: everything the harness needs from the control plane under test."""
+
+from __future__ import annotations
+
+from gameday.platforms.base import Ack, PlatformAdapter, PlatformError, SubmitRequest, Workload
+
+__all__ = ["Ack", "PlatformAdapter", "PlatformError", "SubmitRequest", "Workload", "get_adapter"]
+
+
+def get_adapter(platform: str, endpoints: dict, tokens: dict) -> PlatformAdapter:
+    """Build the adapter named ``platform`` from an environment's endpoints and tokens."""
+    if platform == "controlplane":
+        from gameday.platforms.controlplane import ControlPlaneAdapter
+
+        return ControlPlaneAdapter.from_env(endpoints, tokens)
+    raise PlatformError(f"unknown platform {platform!r}; known: controlplane")

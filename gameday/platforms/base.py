@@ -1,0 +1,77 @@
+"""The adapter interface between the harness and a platform under test (DESIGN.md section 8).
+
+The SLO math never sees a platform: adapters translate the platform's own records into the
+generic evidence files of docs/EVIDENCE.md. Experiments reach the platform only through these
+methods, so adding a platform means writing one adapter, not changing the experiments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+class PlatformError(Exception):
+    """The platform refused or could not answer (message says which call and why)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The sample training job, in platform-neutral terms."""
+
+    steps: int = 40
+    checkpoint_every: int = 10
+    seed: int = 7
+    step_delay: float = 0.05
+    cpu: int = 1
+    accelerators: int = 0
+    regions: tuple[str, ...] | None = None
+    dataset: str | None = None
+    max_retries: int = 3
+    timeout_seconds: int = 600
+    queue: str = "default"
+    name: str = "gameday-train"
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    workload: Workload
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    operation_id: str
+    idempotency_key: str
+    status: int  # 201 created, 200 duplicate (same operation)
+    acked_at: str
+
+
+@dataclass
+class OperationView:
+    id: str
+    state: str
+    state_reason: str | None = None
+    pending_reason: str | None = None
+    result: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in ("succeeded", "failed", "canceled")
+
+
+@runtime_checkable
+class PlatformAdapter(Protocol):
+    name: str
+
+    def submit(self, req: SubmitRequest) -> Ack: ...
+    def get(self, operation_id: str, *, timeline: bool = False) -> OperationView: ...
+    def list(self, state: str | None = None, limit: int = 100) -> list[OperationView]: ...
+    def cancel(self, operation_id: str, reason: str = "") -> OperationView: ...
+    def healthy(self) -> tuple[bool, str]: ...  # can it accept work right now, and why not
+    def results_location(self, operation_id: str) -> str: ...  # where artifacts live (URI)
+    def snapshot(self, out_dir: Path) -> dict[str, int]: ...  # snapshot/*.jsonl; counts
+    def components(self) -> dict[str, str]: ...  # faultable components -> what they are

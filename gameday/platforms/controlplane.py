@@ -1,0 +1,182 @@
+"""Adapter for the reference control plane (controlplane/): its HTTP API for work, its database
+and the artifact bucket for the evidence snapshot."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
+
+# snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1)
+_OPS_SQL = """
+SELECT o.id::text, p.name AS project, o.state, o.state_reason, o.pending_reason,
+       o.idempotency_key, o.created_at, o.updated_at, o.queue, o.spec->'workload' AS workload,
+       o.spec->'resources' AS resources, o.spec->'placement' AS placement, o.attempt_count,
+       o.result, o.first_error, o.last_error
+FROM operations o JOIN projects p ON p.id = o.project_id ORDER BY o.created_at"""
+_ATTEMPTS_SQL = """
+SELECT t.id::text, t.operation_id::text, t.number, a.name AS agent_name, t.state,
+       t.fencing_token, t.created_at, t.claimed_at, t.started_at, t.finished_at, t.error, t.result
+FROM attempts t JOIN agents a ON a.id = t.agent_id ORDER BY t.created_at"""
+_EVENTS_SQL = """
+SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, to_state, reason,
+       data FROM events ORDER BY id"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _jsonable(v: Any) -> Any:
+    return v.isoformat() if isinstance(v, datetime) else v
+
+
+class ControlPlaneAdapter:
+    name = "controlplane"
+
+    def __init__(self, api_url: str, token: str, project: str, *, admin_dsn: str | None = None,
+                 s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
+                 image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0) -> None:
+        self.api_url, self.project, self.admin_dsn = api_url, project, admin_dsn
+        self.s3_endpoint, self.bucket, self.image = s3_endpoint, bucket, image
+        self.http = httpx.Client(base_url=api_url, timeout=timeout,
+                                 headers={"Authorization": f"Bearer {token}"})
+
+    @classmethod
+    def from_env(cls, endpoints: dict[str, Any], tokens: dict[str, Any]) -> ControlPlaneAdapter:
+        projects = tokens.get("projects") or tokens.get("project_tokens") or {}
+        if not projects:
+            raise PlatformError("environment has no project token (env.json: tokens.projects)")
+        project, token = sorted(projects.items())[0]
+        return cls(endpoints["api"], token, project, admin_dsn=endpoints.get("admin_dsn"),
+                   s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
+                   bucket=endpoints.get("bucket", "ml-artifacts"),
+                   image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"))
+
+    # -- work ------------------------------------------------------------------------------
+    def spec(self, w: Workload) -> dict[str, Any]:
+        return {
+            "name": w.name, "queue": w.queue, "max_retries": w.max_retries,
+            "timeout_seconds": w.timeout_seconds,
+            "workload": {"kind": "train", "image": self.image,
+                         "params": {"steps": w.steps, "checkpoint_every": w.checkpoint_every,
+                                    "seed": w.seed, "step_delay": w.step_delay}},
+            "resources": {"cpu": w.cpu, "accelerator":
+                          {"type": "sim-a100", "count": w.accelerators} if w.accelerators else None},
+            "placement": {"regions": list(w.regions) if w.regions else None, "dataset": w.dataset},
+        }
+
+    def submit(self, req: SubmitRequest) -> Ack:
+        try:
+            r = self.http.post("/v1/operations", json=self.spec(req.workload),
+                               headers={"Idempotency-Key": req.idempotency_key})
+        except httpx.HTTPError as exc:
+            raise PlatformError(f"submit: {type(exc).__name__}: {exc}") from exc
+        if r.status_code not in (200, 201):
+            raise PlatformError(f"submit: HTTP {r.status_code}: {r.text[:300]}")
+        return Ack(r.json()["id"], req.idempotency_key, r.status_code, _now())
+
+    def get(self, operation_id: str, *, timeline: bool = False) -> OperationView:
+        try:
+            r = self.http.get(f"/v1/operations/{operation_id}")
+            r.raise_for_status()
+            op = r.json()
+            view = OperationView(op["id"], op["state"], op.get("state_reason"),
+                                 op.get("pending_reason"), op.get("result"))
+            if timeline:
+                view.attempts = self.http.get(
+                    f"/v1/operations/{operation_id}/attempts").json()["items"]
+                view.events = self.http.get(
+                    f"/v1/operations/{operation_id}/events").json()["items"]
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise PlatformError(f"get {operation_id}: {exc}") from exc
+        return view
+
+    def list(self, state: str | None = None, limit: int = 100) -> list[OperationView]:
+        params: dict[str, Any] = {"limit": limit}
+        if state:
+            params["state"] = state
+        r = self.http.get("/v1/operations", params=params)
+        if r.status_code != 200:
+            raise PlatformError(f"list: HTTP {r.status_code}: {r.text[:200]}")
+        return [OperationView(o["id"], o["state"], o.get("state_reason"), o.get("pending_reason"),
+                              o.get("result")) for o in r.json()["items"]]
+
+    def cancel(self, operation_id: str, reason: str = "") -> OperationView:
+        r = self.http.post(f"/v1/operations/{operation_id}/cancel",
+                           json={"reason": reason or "canceled by the harness"})
+        if r.status_code not in (200, 409):
+            raise PlatformError(f"cancel {operation_id}: HTTP {r.status_code}: {r.text[:200]}")
+        return self.get(operation_id)
+
+    def healthy(self) -> tuple[bool, str]:
+        try:
+            r = self.http.get("/readyz", timeout=2.0)
+        except httpx.HTTPError as exc:
+            return False, f"API unreachable: {type(exc).__name__}"
+        return r.status_code == 200, f"/readyz {r.status_code}"
+
+    def results_location(self, operation_id: str) -> str:
+        return f"s3://{self.bucket}/artifacts/{operation_id}/"
+
+    def components(self) -> dict[str, str]:
+        return {"api": "API replicas behind the load balancer", "reconciler": "routing, leases",
+                "db": "PostgreSQL primary + synchronous standby", "agents": "node pools",
+                "artifact-store": "S3 bucket", "registry": "image registry"}
+
+    # -- evidence --------------------------------------------------------------------------
+    def snapshot(self, out_dir: Path) -> dict[str, int]:
+        """Write snapshot/{operations,attempts,events,objects}.jsonl (docs/EVIDENCE.md)."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        if not self.admin_dsn:
+            raise PlatformError("snapshot needs the control plane's database DSN")
+        out = out_dir / "snapshot"
+        out.mkdir(parents=True, exist_ok=True)
+        counts: dict[str, int] = {}
+        with psycopg.connect(self.admin_dsn, row_factory=dict_row, connect_timeout=5) as conn:
+            for name, sql in (("operations", _OPS_SQL), ("attempts", _ATTEMPTS_SQL),
+                              ("events", _EVENTS_SQL)):
+                rows = conn.execute(sql).fetchall()
+                _write_jsonl(out / f"{name}.jsonl", rows)
+                counts[name] = len(rows)
+        counts["objects"] = self._objects(out / "objects.jsonl")
+        return counts
+
+    def _objects(self, path: Path) -> int:
+        if not self.s3_endpoint:
+            path.write_text("")
+            return 0
+        from controlplane.storage import StorageConfig, make_s3_client
+
+        s3 = make_s3_client(StorageConfig(self.s3_endpoint, bucket=self.bucket, read_timeout=10))
+        rows = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            for obj in page.get("Contents", []):
+                body = s3.get_object(Bucket=self.bucket, Key=obj["Key"])["Body"].read()
+                row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
+                                       "etag": obj.get("ETag", "").strip('"'),
+                                       "sha256": hashlib.sha256(body).hexdigest(), "content": None}
+                if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
+                    try:
+                        row["content"] = json.loads(body)
+                    except ValueError:
+                        row["content"] = None  # a torn manifest is evidence too
+                rows.append(row)
+        _write_jsonl(path, rows)
+        return len(rows)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps({k: _jsonable(v) for k, v in r.items()}, default=str) + "\n")
+    tmp.replace(path)

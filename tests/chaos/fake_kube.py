@@ -1,0 +1,151 @@
+"""A hand-written fake of the CoreV1 / AppsV1 / NetworkingV1 API objects, backed by the
+recorded cluster objects in ``recorded/``. It keeps JSON dicts (as the API server would),
+answers with real ``kubernetes.client`` models and logs every write, so tests can assert
+which objects a driver touched. Only the calls the cloud drivers and chaosk8s make exist."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+RECORDED = Path(__file__).parent / "recorded" / "eks-dev-cluster.json"
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """JSON merge patch (RFC 7386): None deletes a key."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _matches(labels: dict[str, str], selector: str | None) -> bool:
+    if not selector:
+        return True
+    return all(labels.get(k) == v for k, v in (part.split("=", 1) for part in selector.split(",")))
+
+
+class FakeCluster:
+    def __init__(self, recorded: Path = RECORDED) -> None:
+        data = json.loads(recorded.read_text())
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
+            kind: {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+                   for o in data[kind]}
+            for kind in ("deployments", "pods", "nodes", "networkpolicies")}
+        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, "ns/name")
+        self._ser = client.ApiClient()
+
+    def snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy({k: {"/".join(key): o for key, o in v.items()}
+                              for k, v in self.objects.items()})
+
+    def model(self, data: Any, kind: str) -> Any:
+        return self._ser.deserialize(SimpleNamespace(data=json.dumps(data)), kind)
+
+    def _get(self, kind: str, ns: str, name: str) -> dict[str, Any]:
+        try:
+            return self.objects[kind][(ns, name)]
+        except KeyError:
+            raise ApiException(status=404, reason="Not Found") from None
+
+    def _body(self, body: Any) -> dict[str, Any]:
+        return body if isinstance(body, dict) else self._ser.sanitize_for_serialization(body)
+
+    def _list(self, kind: str, model: str, ns: str | None = None, label_selector: str | None = None,
+              field_selector: str | None = None) -> Any:
+        items = []
+        for (o_ns, _), obj in sorted(self.objects[kind].items()):
+            if ns is not None and o_ns != ns:
+                continue
+            if not _matches(obj["metadata"].get("labels") or {}, label_selector):
+                continue
+            if field_selector:
+                field, value = field_selector.split("=", 1)
+                got = obj["metadata"]["name"] if field == "metadata.name" else obj["spec"].get("nodeName")
+                if got != value:
+                    continue
+            items.append(obj)
+        return self.model({"items": items, "metadata": {}}, model)
+
+    # -- CoreV1Api ---------------------------------------------------------------------------
+    def list_namespaced_pod(self, namespace: str, label_selector: str | None = None, **_: Any) -> Any:
+        return self._list("pods", "V1PodList", namespace, label_selector)
+
+    def list_pod_for_all_namespaces(self, field_selector: str | None = None, **_: Any) -> Any:
+        return self._list("pods", "V1PodList", field_selector=field_selector)
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Any:
+        return self.model(self._get("pods", namespace, name), "V1Pod")
+
+    def delete_namespaced_pod(self, name: str, namespace: str, body: Any = None, **_: Any) -> None:
+        self._get("pods", namespace, name)
+        self.writes.append(("delete", "pod", f"{namespace}/{name}"))
+        self.last_delete_options = self._body(body) if body is not None else None
+        del self.objects["pods"][(namespace, name)]
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **_: Any) -> None:
+        _merge(self._get("pods", namespace, name), self._body(body))
+        self.writes.append(("patch", "pod", f"{namespace}/{name}"))
+
+    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any, **_: Any) -> None:
+        self._get("pods", namespace, name)
+        self.writes.append(("evict", "pod", f"{namespace}/{name}"))
+        del self.objects["pods"][(namespace, name)]
+
+    def list_node(self, label_selector: str | None = None, field_selector: str | None = None,
+                  **_: Any) -> Any:
+        return self._list("nodes", "V1NodeList", None, label_selector, field_selector)
+
+    def patch_node(self, name: str, body: Any, **_: Any) -> None:
+        node = self._get("nodes", "", name)
+        _merge(node, self._body(body))
+        if node["spec"].get("unschedulable") is False:  # Go omitempty: the API never shows false
+            del node["spec"]["unschedulable"]
+        self.writes.append(("patch", "node", name))
+
+    # -- AppsV1Api ---------------------------------------------------------------------------
+    def read_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Any:
+        return self.model(self._get("deployments", namespace, name), "V1Deployment")
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: Any, **_: Any) -> None:
+        _merge(self._get("deployments", namespace, name), self._body(body))
+        self.writes.append(("patch", "deployment", f"{namespace}/{name}"))
+
+    # -- NetworkingV1Api ---------------------------------------------------------------------
+    def list_namespaced_network_policy(self, namespace: str, **_: Any) -> Any:
+        return self._list("networkpolicies", "V1NetworkPolicyList", namespace)
+
+    def read_namespaced_network_policy(self, name: str, namespace: str, **_: Any) -> Any:
+        return self.model(self._get("networkpolicies", namespace, name), "V1NetworkPolicy")
+
+    def create_namespaced_network_policy(self, namespace: str, body: Any, **_: Any) -> None:
+        body = copy.deepcopy(self._body(body))
+        key = (namespace, body["metadata"]["name"])
+        if key in self.objects["networkpolicies"]:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.objects["networkpolicies"][key] = body
+        self.writes.append(("create", "networkpolicy", "/".join(key)))
+
+    def delete_namespaced_network_policy(self, name: str, namespace: str, **_: Any) -> None:
+        self._get("networkpolicies", namespace, name)
+        del self.objects["networkpolicies"][(namespace, name)]
+        self.writes.append(("delete", "networkpolicy", f"{namespace}/{name}"))
+
+    def patch_namespaced_network_policy(self, name: str, namespace: str, body: Any, **_: Any) -> None:
+        _merge(self._get("networkpolicies", namespace, name), self._body(body))
+        self.writes.append(("patch", "networkpolicy", f"{namespace}/{name}"))
+
+    def replace_namespaced_network_policy(self, name: str, namespace: str, body: Any,
+                                          **_: Any) -> None:
+        self._get("networkpolicies", namespace, name)
+        self.objects["networkpolicies"][(namespace, name)] = copy.deepcopy(self._body(body))
+        self.writes.append(("replace", "networkpolicy", f"{namespace}/{name}"))
