@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "evaluate": ("slo.cli", "evaluate_cmd", "Recompute SLIs and the gate verdict from a run directory."),
     "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
+    "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
 }
 
 

@@ -64,8 +64,14 @@ def request_ok(record: RequestRecord) -> bool:
     return record.error is None and record.status is not None and record.status < 500
 
 
+# Routes the load generator prefixes with "s3:" are object-store downloads, not the platform's
+# API: an artifact-store outage must show in artifact SLIs, not as API unavailability.
+NON_API_ROUTE_PREFIXES = ("s3:",)
+
+
 def api_availability(requests: Iterable[RequestRecord]) -> list[Outcome]:
-    return [Outcome(ts(r.time) + r.latency_ms / 1000.0, request_ok(r), r.route) for r in requests]
+    return [Outcome(ts(r.time) + r.latency_ms / 1000.0, request_ok(r), r.route) for r in requests
+            if not r.route.startswith(NON_API_ROUTE_PREFIXES)]
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,17 @@ class JobOptions:
     image_pull_secrets: Sequence[str] = ()
 
 
+# Same label as infra/components/common.py POOL_LABEL (the control plane does not import infra/).
+POOL_LABEL = "platform.gameday/pool"
+
+
 def pool_options(pool: str, namespace: str = "ml-workloads",
                  service_account: str = "ml-workload") -> JobOptions:
-    """Default placement per pool, matching the node groups of the Pulumi program."""
-    selector = {"gameday.io/pool": pool}
-    tolerations: list[Toleration] = [Toleration("gameday.io/pool", pool)]
+    """Default placement per pool, matching the node groups of the Pulumi program: nodes are
+    labelled ``POOL_LABEL=<pool>`` and only GPU nodes are tainted (infra/components/nodepools.py).
+    """
+    selector = {POOL_LABEL: pool}
+    tolerations: list[Toleration] = []
     if pool == "gpu":
         tolerations.append(Toleration(GPU_RESOURCE, operator="Exists"))
     return JobOptions(namespace=namespace, service_account=service_account,

@@ -71,7 +71,7 @@ def test_job_manifest_carries_ids_placement_gpu_and_security() -> None:
         assert labels["gameday.io/operation-id"] == s.operation_id
         assert labels["gameday.io/attempt-id"] == s.attempt_id
         assert labels["gameday.io/attempt-number"] == "2"
-    assert pod["nodeSelector"] == {"gameday.io/pool": "gpu"}
+    assert pod["nodeSelector"] == {"platform.gameday/pool": "gpu"}  # infra POOL_LABEL
     assert {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert container["resources"]["limits"][GPU_RESOURCE] == "2"
     assert container["resources"]["requests"]["cpu"] == "2"
