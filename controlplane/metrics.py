@@ -19,6 +19,16 @@ STALE_REPORTS = Counter("controlplane_stale_reports_total",
                         "Agent reports refused because their fencing token was stale", ["agent"])
 DB_ERRORS = Counter("controlplane_db_errors_total", "Requests failed by database errors", ["route"])
 
+ATTEMPTS_FINISHED = Counter("controlplane_attempts_finished_total", "Attempts that ended",
+                            ["pool", "result", "reason"])  # result: succeeded | failed | lost
+STARTUP_FAILURES = Counter("controlplane_startup_failures_total",
+                           "Attempts that failed before reaching running", ["pool", "reason"])
+ARTIFACT_WRITES = Counter("controlplane_artifact_writes_total",
+                          "Checkpoint/artifact writes reported by workloads", ["result"])
+SCHEDULING_DELAY = Histogram("controlplane_scheduling_delay_seconds",
+                             "Attempt dispatched -> running", ["pool"],
+                             buckets=(.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+
 # reconciler
 QUEUE_AGE = Gauge("controlplane_queue_age_seconds",
                   "Age of the oldest waiting (accepted/queued/blocked) operation", ["queue"])

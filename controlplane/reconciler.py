@@ -90,6 +90,8 @@ class Reconciler:
             metrics.LEASE_EXPIRIES.inc(exp.expired)
             metrics.RETRIES.inc(exp.retried)
             metrics.REROUTES.inc(exp.rerouted)
+            for pool in exp.lost_pools:
+                metrics.ATTEMPTS_FINISHED.labels(pool, "lost", "lease_expired").inc()
             metrics.RECONCILER_PASSES.labels("expire").inc()
             await scheduling.wake_retries(conn)
             await scheduling.enforce_timeouts(conn)

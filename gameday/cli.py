@@ -18,6 +18,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "fault": ("infra.local.cli", "fault_group", "Inject and revert faults in the local environment."),
     "evaluate": ("slo.cli", "evaluate_cmd", "Recompute SLIs and the gate verdict from a run directory."),
     "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
+    "run": ("gameday.run", "run_cmd", "Run a game day (faults under load) and print the verdict."),
+    "gate": ("gameday.run", "gate_cmd", "CI SLO gate: a game day whose exit code gates the pipeline."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
     "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
 }

@@ -180,7 +180,7 @@ class Scenario(_Strict):
 def resolve(name_or_path: str | Path) -> Path:
     """A bundled scenario name ("ci") or a path to a YAML file."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or path.is_file():
         return path
     return SCENARIO_DIR / f"{name_or_path}.yaml"
 

@@ -293,6 +293,11 @@ def create_app(settings: Settings) -> FastAPI:
                 [e.model_dump(mode="json") for e in body.events], f"agent:{x_agent_name}")
         except StaleReport as exc:
             return await _stale(c, exc, attempt_id, x_agent_name)
+        for e in body.events:
+            if e.kind in ("checkpoint_written", "artifact_written"):
+                metrics.ARTIFACT_WRITES.labels("ok").inc()
+            elif e.data.get("storage_unavailable"):
+                metrics.ARTIFACT_WRITES.labels("retrying").inc()
         return {"recorded": n}
 
     @app.post("/v1/attempts/{attempt_id}/report", tags=["agents"])
@@ -305,6 +310,17 @@ def create_app(settings: Settings) -> FastAPI:
                                            retry_base=settings.retry_base_seconds)
         except StaleReport as exc:
             return await _stale(c, exc, attempt_id, x_agent_name)
+        pool = out.pop("pool", "unknown")
+        if body.state == "running" and out.get("scheduling_delay") is not None:
+            metrics.SCHEDULING_DELAY.labels(pool).observe(out["scheduling_delay"])
+        elif body.state == "succeeded":
+            metrics.ATTEMPTS_FINISHED.labels(pool, "succeeded", "").inc()
+        elif body.state == "failed":
+            reason = out.pop("reason", "other")
+            metrics.ATTEMPTS_FINISHED.labels(pool, "failed", reason).inc()
+            if out.pop("before_running", False):
+                metrics.STARTUP_FAILURES.labels(pool, reason).inc()
+        out.pop("scheduling_delay", None)
         return out
 
     # ---- operator -----------------------------------------------------------------------

@@ -85,7 +85,8 @@ async def _fenced_attempt(conn: AsyncConnection, attempt_id: str, token: int) ->
     """Lock the attempt and check the caller still owns it; raise StaleReport if not."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT t.*, o.state AS op_state, o.max_retries, a.name AS agent_name"
+            "SELECT t.*, o.state AS op_state, o.max_retries, a.name AS agent_name, a.pool,"
+            " extract(epoch FROM now() - t.created_at) AS age_seconds"
             " FROM attempts t JOIN operations o ON o.id = t.operation_id"
             " JOIN agents a ON a.id = t.agent_id WHERE t.id = %s::uuid FOR UPDATE OF t, o",
             (attempt_id,))
@@ -168,7 +169,9 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
                 await transition(conn, op_id, OpState.RUNNING, actor=actor, attempt_id=a["id"],
                                  reason=rep.get("reason") or f"attempt {a['number']} running on "
                                  f"{a['agent_name']}")
-            return {"operation_state": "running", "attempt_state": "running"}
+            return {"operation_state": "running", "attempt_state": "running", "pool": a["pool"],
+                    "scheduling_delay": float(a["age_seconds"]) if a["state"] != "running"
+                    else None}
         if state == "succeeded":
             if a["op_state"] == OpState.DISPATCHED:
                 await transition(conn, op_id, OpState.RUNNING, actor=actor, attempt_id=a["id"],
@@ -184,7 +187,8 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
                                    result=rep.get("result") or {})
             if row is None:
                 raise Conflict(f"operation {op_id} cannot succeed from {a['op_state']}")
-            return {"operation_state": "succeeded", "attempt_state": "succeeded"}
+            return {"operation_state": "succeeded", "attempt_state": "succeeded",
+                    "pool": a["pool"]}
         # failed
         error = rep.get("error") or {"kind": "transient", "message": rep.get("reason") or "failed"}
         await conn.execute(
@@ -193,7 +197,17 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
         if error["kind"] == ErrorKind.TRANSIENT:
             await note_agent_failure(conn, a["agent_id"], op_id, a["agent_name"], actor)
         op_state = await fail_or_retry(conn, op_id, a, error, actor=actor, retry_base=retry_base)
-        return {"operation_state": op_state, "attempt_state": "failed"}
+        return {"operation_state": op_state, "attempt_state": "failed", "pool": a["pool"],
+                "reason": error_reason(error["message"]),
+                "before_running": a["state"] == "dispatched"}
+
+
+def error_reason(message: str) -> str:
+    """Agents prefix messages with a reason code (``registry_unreachable: ...``): a bounded
+    label for metrics. Anything else is ``other``."""
+    head = message.split(":", 1)[0].strip()
+    return head if head.replace("_", "").isalnum() and head.islower() and len(head) <= 40 \
+        else "other"
 
 
 async def fail_or_retry(conn: AsyncConnection, op_id: Any, attempt: dict[str, Any],

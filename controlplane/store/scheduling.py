@@ -34,6 +34,7 @@ class PassStats:
     failed: int = 0
     timed_out: int = 0
     requeued: int = 0
+    lost_pools: list[str] = field(default_factory=list)  # pool of each lost claimed attempt
 
 
 def requirement(spec: dict[str, Any]) -> Requirement:
@@ -191,7 +192,7 @@ async def expire_leases(conn: AsyncConnection, *, retry_base: float = 1.0,
     async with conn.transaction():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                """SELECT t.*, a.name AS agent_name, a.last_heartbeat_at
+                """SELECT t.*, a.name AS agent_name, a.pool, a.last_heartbeat_at
                    FROM attempts t JOIN operations o ON o.id = t.operation_id
                    JOIN agents a ON a.id = t.agent_id
                    WHERE t.state = ANY(%s) AND t.lease_expires_at < now()
@@ -219,6 +220,7 @@ async def expire_leases(conn: AsyncConnection, *, retry_base: float = 1.0,
                     f"attempt {t['number']} before its lease expired", current_attempt_id=None)
                 stats.rerouted += row is not None
                 continue
+            stats.lost_pools.append(t["pool"])
             outcome = await fail_or_retry(conn, t["operation_id"], t, error, actor=ACTOR,
                                           retry_base=retry_base)
             stats.retried += outcome == "retrying"

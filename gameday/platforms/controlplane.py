@@ -26,7 +26,7 @@ SELECT t.id::text, t.operation_id::text, t.number, a.name AS agent_name, t.state
 FROM attempts t JOIN agents a ON a.id = t.agent_id ORDER BY t.created_at"""
 _EVENTS_SQL = """
 SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, to_state, reason,
-       data FROM events ORDER BY id"""
+       coalesce(data, '{}'::jsonb) AS data FROM events ORDER BY id"""
 
 
 def _now() -> str:
@@ -54,7 +54,7 @@ class ControlPlaneAdapter:
         if not projects:
             raise PlatformError("environment has no project token (env.json: tokens.projects)")
         project, token = sorted(projects.items())[0]
-        return cls(endpoints["api"], token, project, admin_dsn=endpoints.get("admin_dsn"),
+        return cls(endpoints["api"], token, project, admin_dsn=endpoints.get("dsn"),
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),
                    image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"))

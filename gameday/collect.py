@@ -1,0 +1,101 @@
+"""Gather a game day's raw evidence into its run directory (layout: docs/EVIDENCE.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gameday.platforms import PlatformAdapter
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _parse(t: str) -> datetime:
+    d = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+
+def merge_ledgers(run_dir: Path) -> int:
+    """Experiments' own acknowledged submissions join the load generator's ledger."""
+    ledger = run_dir / "ledger.jsonl"
+    extra = run_dir / "ledger-experiments.jsonl"
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    if extra.exists():
+        lines += extra.read_text().splitlines()
+    rows = [json.loads(x) for x in lines if x.strip()]
+    rows.sort(key=lambda r: r["acked_at"])
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)
+
+
+def copy_faults(timeline: Path, run_dir: Path, since: datetime) -> int:
+    """The environment's fault timeline, from the start of this run on."""
+    rows = []
+    if timeline.exists():
+        for line in timeline.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if _parse(row["time"]) >= since:
+                    rows.append(row)
+    (run_dir / "faults.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)
+
+
+def query_prometheus(url: str, run_dir: Path, start: datetime, end: datetime,
+                     queries: dict[str, str], step: float = 5.0) -> dict[str, str]:
+    """query_range results, one file each; a failed query is recorded, never invented."""
+    out_dir = run_dir / "prometheus"
+    out_dir.mkdir(exist_ok=True)
+    status: dict[str, str] = {}
+    for name, query in queries.items():
+        params = {"query": query, "start": start.timestamp(), "end": end.timestamp(),
+                  "step": step}
+        try:
+            r = httpx.get(f"{url}/api/v1/query_range", params=params, timeout=20)
+            body = r.json()
+            status[name] = body.get("status", f"HTTP {r.status_code}")
+        except (httpx.HTTPError, ValueError) as exc:
+            body = {"status": "error", "error": str(exc)}
+            status[name] = f"error: {exc}"
+        (out_dir / f"{name}.json").write_text(json.dumps(
+            {"query": query, "start": params["start"], "end": params["end"], "step": step,
+             "response": body}))
+    return status
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for dist, key in (("mlplatform-gameday", "harness"), ("mlplatform-gameday", "controlplane"),
+                      ("chaostoolkit", "chaostoolkit"), ("chaostoolkit-lib", "chaostoolkit-lib"),
+                      ("locust", "locust")):
+        try:
+            out[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[key] = "unknown"
+    return out
+
+
+def write_run_json(run_dir: Path, info: dict[str, Any]) -> None:
+    tmp = run_dir / "run.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2, default=str))
+    tmp.replace(run_dir / "run.json")
+
+
+def snapshot(adapter: PlatformAdapter, run_dir: Path, attempts: int = 5) -> dict[str, int]:
+    """The platform's store after the run; retried because the last fault may still be healing."""
+    last: Exception | None = None
+    for _ in range(attempts):
+        try:
+            return adapter.snapshot(run_dir)
+        except Exception as exc:  # noqa: BLE001 - any failure: wait and retry, then report
+            last = exc
+            time.sleep(2)
+    raise RuntimeError(f"snapshot failed after {attempts} tries: {last}")

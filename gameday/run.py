@@ -1,0 +1,404 @@
+"""`gameday run` and `gameday gate`: a game day from start to verdict.
+
+Bring up (or reuse) the environment, take the game-day lock, start background load, run each
+experiment with Chaos Toolkit (rollbacks always, also on Ctrl-C), collect the raw evidence into
+a new run directory, evaluate it with slo/, print the verdict and exit with the gate's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gameday import collect
+from gameday.schedule import (
+    DEFAULT_FREEZE_FILE, GameDayLock, ScheduleError, active_freeze, load_freeze_windows,
+)
+from gameday.suites import SuiteError, experiment_names, load_experiment
+
+LOCAL_ENVS = ("local",)
+CLOUD_ENVS = ("dev", "staging", "prod")
+EXIT_REFUSED = 4  # not started: freeze window, lock held, prod without --allow-prod, bad input
+EXIT_INTERRUPTED = 130
+EXPERIMENT_TIMEOUT = 420.0
+PROM_QUERIES = {
+    "alerts": "ALERTS",
+    "queue_age": "max by (queue) (controlplane_queue_age_seconds)",
+    "pending": "sum by (reason) (controlplane_pending_operations)",
+    "api_requests": "sum by (code) (rate(haproxy_backend_http_responses_total[30s]))",
+}
+
+
+@dataclass
+class Options:
+    env: str = "local"
+    env_name: str = "local"
+    suite: str = "ci"
+    experiments: tuple[str, ...] = ()
+    platform: str = "controlplane"
+    runs_dir: Path = Path("runs")
+    target: Path | None = None
+    allow_prod: bool = False
+    dry_run: bool = False
+    keep_env: bool = True
+    load_scenario: str = "gameday"
+    freeze_file: Path = DEFAULT_FREEZE_FILE
+    home: Path | None = None
+    now: datetime | None = None
+
+
+@dataclass
+class ExperimentRun:
+    name: str
+    status: str = "pending"
+    seconds: float = 0.0
+    detail: str = ""
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+
+
+def _say(console: Console, msg: str) -> None:
+    console.print(msg, highlight=False)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def preflight(opts: Options) -> list[str]:
+    """Everything that must hold before anything is touched. Raises ScheduleError/SuiteError."""
+    names = experiment_names(opts.suite, opts.experiments)
+    if opts.env not in LOCAL_ENVS + CLOUD_ENVS:
+        raise SuiteError(f"unknown env {opts.env!r}; envs: {', '.join(LOCAL_ENVS + CLOUD_ENVS)}")
+    if opts.env in CLOUD_ENVS:
+        if opts.target is None:
+            raise ScheduleError(f"env {opts.env} needs an explicit --target (the stack outputs "
+                                "JSON of `pulumi stack output --json -s <stack>`)")
+        if opts.env == "prod" and not opts.allow_prod:
+            raise ScheduleError("refusing to inject faults into prod without --allow-prod")
+    window = active_freeze(opts.now or datetime.now(timezone.utc), opts.env,
+                           load_freeze_windows(opts.freeze_file))
+    if window is not None:
+        raise ScheduleError(f"inside freeze window {window.name!r} for {opts.env} "
+                            f"({opts.freeze_file}): no injection")
+    return names
+
+
+def dry_run(opts: Options, names: list[str], console: Console) -> int:
+    """Print exactly what would be hit; change nothing."""
+    table = Table(title=f"gameday run --dry-run: env {opts.env}, suite {opts.suite}")
+    for col in ("experiment", "faults injected (method)", "blast radius", "objective", "runbook"):
+        table.add_column(col)
+    for n in names:
+        exp = load_experiment(n)
+        g = exp.gameday
+        table.add_row(n, "\n".join(exp.faults()), g.get("blast_radius", ""),
+                      g.get("recovery_objective", ""), f"runbooks/{g.get('runbook', n)}.md")
+    console.print(table)
+    if opts.env in LOCAL_ENVS:
+        from infra.local.env import LocalEnvironment
+
+        env = LocalEnvironment(opts.env_name, opts.home)
+        state = "running (would be reused)" if env.is_running() else "not running (would be brought up)"
+        _say(console, f"environment {opts.env_name!r} at {env.state_dir}: {state}")
+        if env.is_running():
+            eps = env.endpoints
+            _say(console, f"targets: API {eps.get('api')}, DB {eps.get('patroni')}, "
+                          f"S3 {eps.get('s3')}, registry {eps.get('registry')}")
+    else:
+        _say(console, f"target: {opts.target} (cloud drivers: Kubernetes + AWS)")
+    _say(console, f"background load: loadtests/scenarios/{opts.load_scenario}.yaml; "
+                  f"evidence would go to {opts.runs_dir}/<run-id>/")
+    _say(console, "dry run: nothing was changed")
+    return 0
+
+
+# -- experiments ------------------------------------------------------------------------------
+def run_experiment(name: str, run_dir: Path, env_vars: dict[str, str], progress: Progress,
+                   task: Any, record: ExperimentRun) -> None:
+    exp_dir = run_dir / "experiments" / name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    chaos = str(Path(sys.executable).with_name("chaos"))
+    argv = [chaos, "run", "--rollback-strategy", "always",
+            "--journal-path", str(exp_dir / "journal.json"), str(load_experiment(name).path)]
+    started = time.monotonic()
+    with open(exp_dir / "chaos.out", "w") as out:
+        proc = subprocess.Popen(argv, cwd=exp_dir, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **env_vars}, start_new_session=True)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+                text = line.strip()
+                if "] " in text:
+                    text = text.split("] ", 1)[1]
+                record.log.append(text)
+                progress.update(task, description=f"{name}: {text[:70]}")
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - started > EXPERIMENT_TIMEOUT:
+                    record.detail = f"timed out after {EXPERIMENT_TIMEOUT:.0f}s"
+                    _interrupt(proc)
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            record.detail = "interrupted"
+            _interrupt(proc)  # Chaos Toolkit plays its rollbacks on SIGINT
+            reader.join(5)
+            raise
+        finally:
+            reader.join(5)
+            record.seconds = time.monotonic() - started
+    record.status = _journal_status(exp_dir / "journal.json", proc.returncode)
+
+
+def _interrupt(proc: subprocess.Popen[str], grace: float = 90.0) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def _journal_status(path: Path, rc: int | None) -> str:
+    try:
+        j = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"no journal (chaos exited {rc})"
+    before = ((j.get("steady_states") or {}).get("before") or {}).get("steady_state_met")
+    if before is False:
+        return "refused: steady state not met before the method"
+    if j.get("deviated"):
+        return "deviated"
+    return j.get("status", "unknown")
+
+
+# -- the game day ------------------------------------------------------------------------------
+def run_gameday(opts: Options, console: Console) -> int:
+    try:
+        names = preflight(opts)
+    except (ScheduleError, SuiteError) as exc:
+        _say(console, f"[bold red]refused[/]: {exc}")
+        return EXIT_REFUSED
+    if opts.dry_run:
+        return dry_run(opts, names, console)
+    if opts.env in CLOUD_ENVS:
+        _say(console, "[bold red]refused[/]: live cloud game days need the cloud platform adapter "
+                      "(not in this release); use --dry-run to review the plan")
+        return EXIT_REFUSED
+
+    from infra.local.env import LocalEnvironment
+
+    env = LocalEnvironment(opts.env_name, opts.home)
+    started_env = False
+    if not env.is_running():
+        _say(console, f"bringing up environment {opts.env_name!r} ...")
+        env.up(reporter=lambda msg: _say(console, f"  {msg}"))
+        started_env = True
+    env = LocalEnvironment.load(opts.env_name, opts.home)
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+    run_dir = (opts.runs_dir / run_id).resolve()
+    lock = GameDayLock(env.state_dir / "gameday.lock")
+    try:
+        lock.acquire({"run_id": run_id, "run_dir": str(run_dir)})
+    except ScheduleError as exc:
+        _say(console, f"[bold red]refused[/]: {exc}")
+        return EXIT_REFUSED
+    try:
+        return _run_locked(opts, env, names, run_id, run_dir, console)
+    finally:
+        lock.release()
+        if started_env and not opts.keep_env:
+            env.down()
+
+
+def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
+                console: Console) -> int:
+    from chaos.drivers.local import LocalFaults
+    from gameday.platforms import get_adapter
+    from loadtests import runner
+    from loadtests.scenario import load_scenario
+
+    run_dir.mkdir(parents=True)
+    started_at = collect.utcnow()
+    info: dict[str, Any] = {"run_id": run_id, "env": opts.env, "suite": opts.suite,
+                            "platform": opts.platform, "started_at": started_at.isoformat(),
+                            "ended_at": None, "experiments": names,
+                            "environment": env.name, "versions": collect.versions()}
+    collect.write_run_json(run_dir, info)
+    _say(console, f"run {run_id}: {len(names)} experiment(s) -> {run_dir}")
+    adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
+    driver = LocalFaults(env)
+    eps = env.endpoints
+    scenario = load_scenario(opts.load_scenario)
+    scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
+        update={"image": eps["image"]})})
+    project, token = sorted(env.tokens["projects"].items())[0]
+    load = runner.start_background(scenario, eps["api"], token, run_dir, s3_endpoint=eps["s3"])
+    env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),
+                "GAMEDAY_PLATFORM": opts.platform,
+                "GAMEDAY_HOME": str(opts.home) if opts.home else os.environ.get("GAMEDAY_HOME", "")}
+    records = [ExperimentRun(n) for n in names]
+    interrupted = False
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            overall = progress.add_task("game day", total=len(names))
+            time.sleep(5)  # let the load reach steady state before the first fault
+            for rec in records:
+                task = progress.add_task(f"{rec.name}: waiting for a healthy system", total=None)
+                healthy, why = _wait_healthy(env, adapter, 90.0)
+                if not healthy:
+                    rec.status = f"refused: system unhealthy before injection ({why})"
+                    progress.update(task, description=f"{rec.name}: {rec.status}")
+                    progress.remove_task(task)
+                    continue
+                run_experiment(rec.name, run_dir, env_vars, progress, task, rec)
+                # safety net between experiments: every fault undone, whatever the journal says
+                driver.restore_all()
+                progress.update(task, description=f"{rec.name}: {rec.status} "
+                                                  f"({rec.seconds:.0f}s)", total=1, completed=1)
+                progress.advance(overall)
+    except KeyboardInterrupt:
+        interrupted = True
+        _say(console, "[yellow]interrupted: rolling back and saving the evidence so far[/]")
+    finally:
+        try:
+            driver.restore_all()
+        except Exception as exc:  # noqa: BLE001 - keep collecting evidence regardless
+            _say(console, f"[red]restore after the run failed: {exc}[/]")
+        summary = load.stop()
+        _say(console, f"load: {summary.acknowledged} acknowledged submissions, "
+                      f"{summary.requests} requests ({summary.reason})")
+        ended_at = collect.utcnow()
+        acks = collect.merge_ledgers(run_dir)
+        faults = collect.copy_faults(Path(eps["fault_timeline"]), run_dir, started_at)
+        prom = collect.query_prometheus(eps["prometheus"], run_dir, started_at, ended_at,
+                                        PROM_QUERIES)
+        try:
+            counts = collect.snapshot(adapter, run_dir)
+        except RuntimeError as exc:
+            counts = {"error": str(exc)}
+            _say(console, f"[red]{exc}[/]")
+        info.update(ended_at=ended_at.isoformat(), snapshot_at=collect.utcnow().isoformat(),
+                    interrupted=interrupted, ledger_entries=acks, fault_events=faults,
+                    prometheus=prom, snapshot=counts, project=project,
+                    experiment_status={r.name: {"status": r.status, "seconds": round(r.seconds, 1),
+                                                "detail": r.detail} for r in records},
+                    load={"exit_code": int(summary.exit_code), "reason": summary.reason,
+                          "acknowledged": summary.acknowledged})
+        collect.write_run_json(run_dir, info)
+    code = evaluate(run_dir, console)
+    return EXIT_INTERRUPTED if interrupted else code
+
+
+def _wait_healthy(env: Any, adapter: Any, timeout: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + timeout
+    why = ""
+    while time.monotonic() < deadline:
+        status = env.status()
+        bad = [n for n, c in status["components"].items() if not c["healthy"]]
+        ok, detail = adapter.healthy()
+        if not bad and ok and not status.get("active_faults"):
+            return True, ""
+        why = f"unhealthy: {bad}" if bad else (detail if not ok else
+                                               f"active faults {list(status['active_faults'])}")
+        time.sleep(1.0)
+    return False, why
+
+
+def evaluate(run_dir: Path, console: Console) -> int:
+    from slo.cli import print_verdict
+    from slo.evaluate import EXIT_EVIDENCE, evaluate_run
+    from slo.evidence import EvidenceError
+    from slo.report import write_reports
+    from slo.specs import SpecError
+
+    try:
+        verdict = evaluate_run(run_dir)
+    except (EvidenceError, SpecError) as exc:
+        _say(console, f"[bold red]evidence unusable[/]: {exc}")
+        return EXIT_EVIDENCE
+    paths = write_reports(verdict, run_dir)
+    print_verdict(verdict, console)
+    _say(console, f"report: {paths['report.html']}\njunit: {paths['junit.xml']}")
+    return verdict.exit_code
+
+
+# -- CLI --------------------------------------------------------------------------------------
+def _options(f: Any) -> Any:
+    opts = [
+        click.option("--env", "env", default="local", show_default=True,
+                     type=click.Choice(LOCAL_ENVS + CLOUD_ENVS), help="Target environment."),
+        click.option("--env-name", default="local", show_default=True,
+                     help="Name of the local environment (its state dir under $GAMEDAY_HOME)."),
+        click.option("--experiment", "experiments", multiple=True,
+                     help="Run only this experiment (repeatable); overrides --suite."),
+        click.option("--platform", default="controlplane", show_default=True,
+                     help="Platform adapter of the control plane under test."),
+        click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
+                     default=Path("runs"), show_default=True, help="Where run directories go."),
+        click.option("--target", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                     help="Cloud envs: stack outputs JSON naming what may be hit."),
+        click.option("--allow-prod", is_flag=True, help="Allow fault injection into prod."),
+        click.option("--dry-run", is_flag=True, help="Print exactly what would be hit; change nothing."),
+        click.option("--down-after/--keep-env", "down_after", default=False,
+                     help="Take down an environment this run brought up (default: keep it)."),
+        click.option("--load-scenario", default="gameday", show_default=True,
+                     help="Background load scenario (loadtests/scenarios/NAME.yaml)."),
+        click.option("--freeze-file", type=click.Path(path_type=Path, dir_okay=False),
+                     default=DEFAULT_FREEZE_FILE, show_default=True,
+                     help="Declared freeze windows (no injection inside them)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _build(suite: str, **kw: Any) -> Options:
+    return Options(env=kw["env"], env_name=kw["env_name"], suite=suite,
+                   experiments=tuple(kw["experiments"]), platform=kw["platform"],
+                   runs_dir=kw["runs_dir"], target=kw["target"], allow_prod=kw["allow_prod"],
+                   dry_run=kw["dry_run"], keep_env=not kw["down_after"],
+                   load_scenario=kw["load_scenario"], freeze_file=kw["freeze_file"],
+                   home=Path(os.environ["GAMEDAY_HOME"]) if os.environ.get("GAMEDAY_HOME") else None)
+
+
+@click.command("run")
+@click.option("--suite", default="ci", show_default=True, type=click.Choice(["ci", "core", "full"]),
+              help="ci: 3 experiments (<= 3 min); core/full: all eight failure classes.")
+@_options
+def run_cmd(suite: str, **kw: Any) -> None:
+    """Run a game day: faults under load, evidence, verdict. Exit code = the gate's
+    (0 pass, 1 experiment failed/deviated, 2 objective missed, 3 evidence unusable;
+    4 refused to start, 130 interrupted)."""
+    sys.exit(run_gameday(_build(suite, **kw), Console()))
+
+
+@click.command("gate")
+@click.option("--suite", default="ci", show_default=True, type=click.Choice(["ci", "core", "full"]))
+@_options
+def gate_cmd(suite: str, **kw: Any) -> None:
+    """CI SLO gate: a game day whose exit code fails the pipeline when an objective is missed;
+    writes junit.xml and prints a short verdict table."""
+    sys.exit(run_gameday(_build(suite, **kw), Console()))
