@@ -79,8 +79,11 @@ def seed(dsn: str | None, path: Path) -> None:
 @click.option("--pool-max", default=10, show_default=True, type=int,
               help="Max database connections of this replica.")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--unsafe-ack-before-commit", is_flag=True, hidden=True,
+              envvar="CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT",
+              help="TEST ONLY: acknowledge submissions before committing them.")
 def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
-        pool_max: int, log_level: str) -> None:
+        pool_max: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
     """Run one API replica (uvicorn)."""
     import uvicorn
 
@@ -90,7 +93,8 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
     logs.setup(log_level)
     app = create_app(Settings(dsn=resolve_dsn(dsn), lease_seconds=lease_seconds,
                               heartbeat_seconds=max(0.5, lease_seconds / 3),
-                              retry_base_seconds=retry_base, pool_max=pool_max))
+                              retry_base_seconds=retry_base, pool_max=pool_max,
+                              unsafe_ack_before_commit=unsafe_ack_before_commit))
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
                 loop="uvloop", http="httptools", timeout_graceful_shutdown=5)
 

@@ -23,7 +23,6 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gameday import collect
 from gameday.schedule import (
@@ -97,15 +96,17 @@ def preflight(opts: Options) -> list[str]:
 
 def dry_run(opts: Options, names: list[str], console: Console) -> int:
     """Print exactly what would be hit; change nothing."""
-    table = Table(title=f"gameday run --dry-run: env {opts.env}, suite {opts.suite}")
-    for col in ("experiment", "faults injected (method)", "blast radius", "objective", "runbook"):
-        table.add_column(col)
+    _say(console, f"[bold]gameday run --dry-run[/]: env {opts.env}, suite {opts.suite}, "
+                  f"{len(names)} experiment(s), in this order:")
     for n in names:
         exp = load_experiment(n)
         g = exp.gameday
-        table.add_row(n, "\n".join(exp.faults()), g.get("blast_radius", ""),
-                      g.get("recovery_objective", ""), f"runbooks/{g.get('runbook', n)}.md")
-    console.print(table)
+        _say(console, f"- [bold]{n}[/] (objective {g.get('recovery_objective')}, runbook "
+                      f"runbooks/{g.get('runbook', n)}.md)")
+        _say(console, f"    blast radius: {g.get('blast_radius', 'undeclared')}")
+        for fault in exp.faults():
+            _say(console, f"    fault: {fault}")
+        _say(console, "    rollback: restore_all (always, also on Ctrl-C)")
     if opts.env in LOCAL_ENVS:
         from infra.local.env import LocalEnvironment
 
@@ -207,12 +208,17 @@ def run_gameday(opts: Options, console: Console) -> int:
         return EXIT_REFUSED
 
     from infra.local.env import LocalEnvironment
+    from infra.local.errors import EnvError
 
     env = LocalEnvironment(opts.env_name, opts.home)
     started_env = False
     if not env.is_running():
         _say(console, f"bringing up environment {opts.env_name!r} ...")
-        env.up(reporter=lambda msg: _say(console, f"  {msg}"))
+        try:
+            env.up(reporter=lambda msg: _say(console, f"  {msg}"))
+        except EnvError as exc:
+            _say(console, f"[bold red]refused[/]: the environment did not come up: {exc}")
+            return EXIT_REFUSED
         started_env = True
     env = LocalEnvironment.load(opts.env_name, opts.home)
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
@@ -258,6 +264,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                 "GAMEDAY_PLATFORM": opts.platform,
                 "GAMEDAY_HOME": str(opts.home) if opts.home else os.environ.get("GAMEDAY_HOME", "")}
     records = [ExperimentRun(n) for n in names]
+    settle = settle_seconds(opts.env)
     interrupted = False
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -276,6 +283,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                 run_experiment(rec.name, run_dir, env_vars, progress, task, rec)
                 # safety net between experiments: every fault undone, whatever the journal says
                 driver.restore_all()
+                _settle(Path(eps["fault_timeline"]), settle, progress, task, rec.name)
                 progress.update(task, description=f"{rec.name}: {rec.status} "
                                                   f"({rec.seconds:.0f}s)", total=1, completed=1)
                 progress.advance(overall)
@@ -310,6 +318,28 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         collect.write_run_json(run_dir, info)
     code = evaluate(run_dir, console)
     return EXIT_INTERRUPTED if interrupted else code
+
+
+def settle_seconds(env: str) -> float:
+    """How long after a fault ends the evaluator needs to see an SLI recover and hold
+    (recoveryHoldSamples x sampleInterval + sampleWindow of the env's evaluation settings)."""
+    from slo.specs import load_specs
+
+    ev = load_specs(env).evaluation
+    return ev.recovery_hold_samples * ev.sample_interval_seconds + ev.sample_window_seconds
+
+
+def _settle(timeline: Path, seconds: float, progress: Progress, task: Any, name: str) -> None:
+    """Let the last fault's recovery be observable before the next fault starts."""
+    ends = [collect._parse(json.loads(x)["time"]) for x in
+            (timeline.read_text().splitlines() if timeline.exists() else [])
+            if x.strip() and json.loads(x)["event"] == "fault_end"]
+    if not ends:
+        return
+    remaining = (max(ends) - collect.utcnow()).total_seconds() + seconds
+    if remaining > 0:
+        progress.update(task, description=f"{name}: letting recovery show ({remaining:.0f}s)")
+        time.sleep(remaining)
 
 
 def _wait_healthy(env: Any, adapter: Any, timeout: float) -> tuple[bool, str]:

@@ -254,6 +254,7 @@ def evaluate_experiment(
     exp: ExperimentEvidence,
     outcomes: dict[str, list[Outcome]],
     owner: tuple[float, float],
+    next_start: float = float("inf"),
 ) -> ExperimentResult:
     specs, ev, j = run.specs, run.evidence, exp.journal
     ext = j.gameday
@@ -271,7 +272,8 @@ def evaluate_experiment(
             )
     fault_name, f_start, f_end, f_source = _fault_window(run, exp)
     start, end = ts(j.start), ts(j.end)
-    horizon = min(end + specs.evaluation.alert_grace_seconds, max(run.snapshot, end))
+    horizon = min(end + specs.evaluation.alert_grace_seconds, max(run.snapshot, end),
+                  max(next_start, end))
     findings: list[str] = []
     if f_source != "faults.jsonl":
         findings.append(f"{exp.name}: fault start taken from {f_source}")
@@ -619,9 +621,13 @@ def evaluate_evidence(
     outcomes = compute_outcomes(run)
     slis = summarize_slis(run, outcomes)
     owners = _owner_windows(evidence.experiments, run.snapshot)
+    ordered = sorted(evidence.experiments, key=lambda e: e.journal.start)
+    # an experiment is judged up to the next one's start at most: the next fault's effects
+    # (breaches, alerts) must never count against the experiment before it
+    next_starts = [ts(e.journal.start) for e in ordered[1:]] + [float("inf")]
     experiments = [
-        evaluate_experiment(run, e, outcomes, owners[e.name])
-        for e in sorted(evidence.experiments, key=lambda e: e.journal.start)
+        evaluate_experiment(run, e, outcomes, owners[e.name], nxt)
+        for e, nxt in zip(ordered, next_starts)
     ]
     baseline, baseline_runs = _baselines(baseline_dirs, relative_last)
     checks = build_checks(specs, slis, experiments, baseline)

@@ -2,6 +2,7 @@
 
 # no `from __future__ import annotations`: FastAPI must see the local Annotated aliases.
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +41,11 @@ class Settings:
     token_cache_seconds: float = 30.0
     pool_max: int = 10
     retry_base_seconds: float = 1.0
+    # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
+    # (write-behind every few seconds). It exists so the harness can prove it sees lost
+    # acknowledged work: the api-replica-loss game day must fail its durability objective.
+    unsafe_ack_before_commit: bool = False
+    unsafe_flush_seconds: float = 10.0
 
 
 class TokenCache:
@@ -65,11 +71,32 @@ def create_app(settings: Settings) -> FastAPI:
     pool: AsyncConnectionPool = make_pool(settings.dsn, max_size=settings.pool_max)
     tokens = TokenCache(settings.token_cache_seconds)
 
+    write_behind: list[tuple[str, str, str, dict[str, Any], str]] = []
+
+    async def flush_write_behind() -> None:
+        while True:
+            await asyncio.sleep(settings.unsafe_flush_seconds)
+            batch, write_behind[:] = list(write_behind), []
+            for op_id, project_id, key, doc, actor in batch:
+                try:
+                    async with pool.connection() as c:
+                        await op_store.submit(c, project_id=project_id, key=key, spec=doc,
+                                              actor=actor, op_id=op_id)
+                except Exception:  # noqa: BLE001 - the unsafe mode loses work by design
+                    log.exception("write-behind insert failed", extra={"operation_id": op_id})
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # wait=False: the API must start (and answer /healthz, fail /readyz) with the DB down
         await pool.open(wait=False)
+        flusher = None
+        if settings.unsafe_ack_before_commit:
+            log.warning("UNSAFE: acknowledging submissions before commit (test-only mode)",
+                        extra={"action": "unsafe_mode"})
+            flusher = asyncio.create_task(flush_write_behind())
         yield
+        if flusher:
+            flusher.cancel()
         await pool.close()
 
     app = FastAPI(title="ML control plane", version="1.0", lifespan=lifespan,
@@ -169,6 +196,8 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
             raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
         doc = spec.model_dump(mode="json")
+        if settings.unsafe_ack_before_commit:
+            return _unsafe_ack(p, idempotency_key, doc)
         for attempt in (1, 2):
             try:
                 async with pool.connection() as c:
@@ -193,6 +222,20 @@ def create_app(settings: Settings) -> FastAPI:
                 "action": "submit", "operation_id": str(res.operation["id"]),
                 "project": p.project, "queue": spec.queue})
         return serialize.operation(res.operation, p.project)
+
+    def _unsafe_ack(p: auth_store.Principal, key: str, doc: dict[str, Any]) -> dict[str, Any]:
+        import uuid
+        from datetime import datetime, timezone
+
+        op_id = str(uuid.uuid4())
+        write_behind.append((op_id, p.project_id or "", key, doc, f"user:{p.project}"))
+        metrics.SUBMISSIONS.labels(p.project, doc["queue"], "accepted").inc()
+        now = datetime.now(timezone.utc)
+        row = {"id": op_id, "spec": doc, "state": "accepted", "state_reason": "acknowledged",
+               "pending_reason": None, "attempt_count": 0, "idempotency_key": key,
+               "current_attempt_id": None, "pinned_agent": None, "created_at": now,
+               "updated_at": now, "result": None, "last_error": None, "first_error": None}
+        return serialize.operation(row, p.project)
 
     @app.get("/v1/operations/{op_id}", tags=["operations"])
     async def get_op(op_id: str, p: UserOrAdmin, c: Conn) -> dict[str, Any]:

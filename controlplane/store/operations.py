@@ -35,9 +35,10 @@ def payload_hash(spec: dict[str, Any]) -> str:
 
 _SUBMIT = """
 WITH ins AS (
-    INSERT INTO operations (project_id, idempotency_key, payload_hash, name, queue, priority, spec,
-                            state, state_reason, max_retries, timeout_seconds)
-    VALUES (%(project_id)s, %(key)s, %(hash)s, %(name)s, %(queue)s, %(priority)s, %(spec)s,
+    INSERT INTO operations (id, project_id, idempotency_key, payload_hash, name, queue, priority,
+                            spec, state, state_reason, max_retries, timeout_seconds)
+    VALUES (coalesce(%(op_id)s::uuid, gen_random_uuid()), %(project_id)s, %(key)s, %(hash)s,
+            %(name)s, %(queue)s, %(priority)s, %(spec)s,
             'accepted', 'submission committed', %(max_retries)s, %(timeout)s)
     ON CONFLICT (project_id, idempotency_key) DO NOTHING
     RETURNING *
@@ -54,10 +55,11 @@ SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
 
 
 async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: dict[str, Any],
-                 actor: str) -> SubmitResult:
+                 actor: str, op_id: str | None = None) -> SubmitResult:
     """Commit the operation (one statement = one transaction) before anyone acknowledges it."""
     h = payload_hash(spec)
     params = {
+        "op_id": op_id,
         "project_id": project_id, "key": key, "hash": h, "name": spec["name"],
         "queue": spec["queue"], "priority": spec["priority"], "spec": Jsonb(spec),
         "max_retries": spec["max_retries"], "timeout": spec["timeout_seconds"], "actor": actor,

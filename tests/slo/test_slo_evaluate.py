@@ -240,3 +240,23 @@ def test_extension_may_also_be_a_chaostoolkit_extensions_entry(make_run) -> None
     journal["experiment"]["extensions"] = [{"name": "x-gameday", **ext}]
     path.write_text(json.dumps(journal))
     assert evaluate_run(run.path).experiments[0].failure_class == "api-replica-loss"
+
+
+def test_next_experiments_outage_is_never_charged_to_the_previous_one(make_run, monkeypatch) -> None:
+    """Back-to-back experiments (no gap): the second one's API outage falls inside the first
+    one's alert grace, yet the first one never breached and recovered at once."""
+    import slo.fixtures
+
+    # the first fault ends 3 s before its experiment; the next experiment's fault starts 2 s
+    # after that: its errors land inside the first one's breach/recovery search window
+    monkeypatch.setattr(slo.fixtures, "GAP_SECONDS", 0.0)
+    monkeypatch.setattr(slo.fixtures, "FAULT_OFFSET", 2.0)
+    monkeypatch.setattr(slo.fixtures, "EXPERIMENT_SECONDS", 35.0)
+    run = make_run(ExperimentFixture("api-replica-loss"),
+                   ExperimentFixture("db-primary-loss", api_error_seconds=20.0), submissions=400)
+    verdict = evaluate_run(run.path)
+    first, second = verdict.experiments
+    assert first.name == "api-replica-loss" and second.name == "db-primary-loss"
+    assert second.detection_seconds is not None  # the outage is seen, by the right experiment
+    assert _check(verdict, "api-replica-loss.rto").status == "pass"
+    assert first.recovery_seconds == 0.0

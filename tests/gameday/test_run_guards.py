@@ -1,0 +1,68 @@
+"""`gameday run` refuses before touching anything: prod, missing target, freeze windows,
+unknown experiments; `--dry-run` prints what would be hit and changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gameday.cli import main
+from gameday.run import EXIT_REFUSED
+from gameday.suites import SUITES, load_experiment
+
+
+def _run(*args: str, home: Path) -> tuple[int, str]:
+    r = CliRunner().invoke(main, list(args), env={"GAMEDAY_HOME": str(home)})
+    return r.exit_code, r.output
+
+
+def test_suites_cover_every_failure_class() -> None:
+    classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
+               "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
+               "agent-connectivity-loss", "ineligible-fallback-region"}
+    assert set(SUITES["core"]) == classes
+    assert set(SUITES["ci"]) <= classes
+    for name in SUITES["core"]:
+        g = load_experiment(name).gameday
+        assert g["recovery_objective"] == name and g["runbook"] == name and g["blast_radius"]
+
+
+def test_prod_needs_target_and_allow_prod(tmp_path: Path) -> None:
+    code, out = _run("run", "--env", "prod", home=tmp_path)
+    assert code == EXIT_REFUSED and "needs an explicit --target" in out
+    target = tmp_path / "outputs.json"
+    target.write_text("{}")
+    code, out = _run("run", "--env", "prod", "--target", str(target), "--dry-run", home=tmp_path)
+    assert code == EXIT_REFUSED and "without --allow-prod" in out
+
+
+def test_freeze_window_refuses_injection(tmp_path: Path) -> None:
+    freeze = tmp_path / "freeze.yaml"
+    freeze.write_text('windows:\n  - {name: always, envs: ["*"], start: "2000-01-01T00:00:00Z",'
+                      ' end: "2100-01-01T00:00:00Z"}\n')
+    code, out = _run("gate", "--freeze-file", str(freeze), home=tmp_path)
+    assert code == EXIT_REFUSED and "inside freeze window 'always'" in out
+
+
+def test_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    code, out = _run("run", "--experiment", "nope", home=tmp_path)
+    assert code == EXIT_REFUSED and "unknown experiment" in out and "db-primary-loss" in out
+
+
+def test_dry_run_lists_faults_and_changes_nothing(tmp_path: Path) -> None:
+    code, out = _run("run", "--suite", "core", "--dry-run", "--runs-dir",
+                     str(tmp_path / "runs"), home=tmp_path)
+    assert code == 0, out
+    assert "crash_database_primary" in out and "withdraw_pool(pool=gpu)" in out
+    assert "would be brought up" in out and "nothing was changed" in out
+    assert not (tmp_path / "runs").exists() and not (tmp_path / ".gameday").exists()
+
+
+def test_cloud_dry_run_with_target(tmp_path: Path) -> None:
+    target = tmp_path / "outputs.json"
+    target.write_text("{}")
+    code, out = _run("run", "--env", "staging", "--target", str(target), "--dry-run",
+                     "--freeze-file", str(tmp_path / "none.yaml"), home=tmp_path)
+    assert code == 0, out
+    assert "cloud drivers" in out
