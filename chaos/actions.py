@@ -30,26 +30,36 @@ def _ctx(configuration: Configuration) -> Context:
     return Context.from_configuration(configuration)
 
 
+def _target(ctx: Context, target: str) -> str:
+    """Logical targets ("api-replica") map to the platform's own component names."""
+    return ctx.platform.fault_targets().get(target, target)
+
+
 # -- faults ---------------------------------------------------------------------------------
 def kill(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    """SIGKILL a component or one replica (``api-1``, ``reconciler``, ``cpu-1`` ...)."""
-    return _ctx(configuration).driver.kill(target)
+    """SIGKILL a component or one replica (``api-replica``, ``api-1``, ``cpu-1`` ...)."""
+    ctx = _ctx(configuration)
+    return ctx.driver.kill(_target(ctx, target))
 
 
 def hang(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.hang(target)
+    ctx = _ctx(configuration)
+    return ctx.driver.hang(_target(ctx, target))
 
 
 def resume(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.resume(target)
+    ctx = _ctx(configuration)
+    return ctx.driver.resume(_target(ctx, target))
 
 
 def stop(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.stop(target)
+    ctx = _ctx(configuration)
+    return ctx.driver.stop(_target(ctx, target))
 
 
 def start(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.start(target)
+    ctx = _ctx(configuration)
+    return ctx.driver.start(_target(ctx, target))
 
 
 def crash_database_primary(writable_within: float = 30.0, configuration: Configuration = None,
@@ -88,12 +98,19 @@ def restore_registry(configuration: Configuration = None, secrets: Secrets = Non
     return _ctx(configuration).driver.registry_restore()
 
 
+def _pool(ctx: Context, pool: str) -> str:
+    return ctx.platform.fault_targets().get(f"pool:{pool}", pool)
+
+
 def withdraw_pool(pool: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.withdraw_pool(pool)
+    """Every worker/agent of a capacity pool goes away (node group scaled to zero)."""
+    ctx = _ctx(configuration)
+    return ctx.driver.withdraw_pool(_pool(ctx, pool))
 
 
 def restore_pool(pool: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    return _ctx(configuration).driver.restore_pool(pool)
+    ctx = _ctx(configuration)
+    return ctx.driver.restore_pool(_pool(ctx, pool))
 
 
 def partition_agent(agent: str, configuration: Configuration = None,

@@ -63,6 +63,12 @@ class OperationView:
         return self.state in ("succeeded", "failed", "canceled")
 
 
+# Logical fault targets experiments name, so one experiment runs on any platform:
+#   "api-replica"       one replica/instance of the platform's API server
+#   "pool:<name>"       the workers/agents of one capacity pool (the env's pool name)
+# Anything else is passed to the environment's fault driver unchanged (e.g. "primary/postgres").
+
+
 @runtime_checkable
 class PlatformAdapter(Protocol):
     name: str
@@ -75,3 +81,5 @@ class PlatformAdapter(Protocol):
     def results_location(self, operation_id: str) -> str: ...  # where artifacts live (URI)
     def snapshot(self, out_dir: Path) -> dict[str, int]: ...  # snapshot/*.jsonl; counts
     def components(self) -> dict[str, str]: ...  # faultable components -> what they are
+    def fault_targets(self) -> dict[str, str]: ...  # logical role -> environment component
+    def applicability(self, experiment: str) -> str | None: ...  # None, or why it does not apply

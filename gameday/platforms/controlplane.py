@@ -130,6 +130,12 @@ class ControlPlaneAdapter:
                 "db": "PostgreSQL primary + synchronous standby", "agents": "node pools",
                 "artifact-store": "S3 bucket", "registry": "image registry"}
 
+    def fault_targets(self) -> dict[str, str]:
+        return {"api-replica": "api-1"}
+
+    def applicability(self, experiment: str) -> str | None:
+        return None  # the reference control plane is the target every experiment is written for
+
     # -- evidence --------------------------------------------------------------------------
     def snapshot(self, out_dir: Path) -> dict[str, int]:
         """Write snapshot/{operations,attempts,events,objects}.jsonl (docs/EVIDENCE.md)."""
