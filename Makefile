@@ -1,14 +1,16 @@
 # The README's two commands are `make run` and `make test`; both set up a fresh machine first.
-.PHONY: setup run test test-fast bench-controlplane lint clean
+.PHONY: setup run test test-fast bench-controlplane lint clean down
 
 VENV := .venv/bin
 
 setup:
 	@bash scripts/setup.sh
 
-## The main job: a local game day against the local environment (ends with a report).
+## The main job: a local game day (ci suite) against the local environment, ending with the
+## verdict and the report path. SUITE=core runs all eight failure classes.
+SUITE ?= ci
 run: setup
-	$(VENV)/gameday env up
+	$(VENV)/gameday run --suite $(SUITE)
 
 ## All tests (real PostgreSQL, HAProxy, Prometheus, registry, moto, Chaos Toolkit, Locust).
 test: setup
@@ -23,6 +25,10 @@ bench-controlplane: setup
 
 lint: setup
 	$(VENV)/ruff check .
+
+## Stop the local environment (keeps its state; `gameday env down --purge` deletes it).
+down: setup
+	$(VENV)/gameday env down
 
 clean:
 	rm -rf .gameday .pytest_cache
