@@ -14,7 +14,7 @@ __all__ = [
     "api_ready", "submission_acknowledged", "database_writable", "environment_healthy",
     "operations_in_state", "operations_blocked_with_reason", "single_terminal_attempt",
     "stale_report_refused", "attempts_bounded", "resumed_with_identical_weights",
-    "errors_kept", "never_ran_outside",
+    "errors_kept", "never_ran_outside", "store_and_artifacts_reconciled",
 ]
 
 Configuration = dict[str, Any] | None
@@ -177,3 +177,15 @@ def resumed_with_identical_weights(tag: str, reference_tag: str,
             "resumed_from_step": a.get("resumed_from_step"),
             "torn_checkpoints_skipped": a.get("torn_checkpoints_skipped"),
             "weights_sha256": a.get("weights_sha256"), "checked_at": utcnow()}
+
+
+def store_and_artifacts_reconciled(configuration: Configuration = None,
+                                   secrets: Secrets = None) -> dict:
+    """Reconciliation of operations vs artifacts (the step after a database restore or
+    failover): every succeeded operation has its completion manifest and every completion
+    manifest belongs to an operation the store knows."""
+    platform = _ctx(configuration).platform
+    reconcile = getattr(platform, "reconcile_artifacts", None)
+    if reconcile is None:
+        return {"consistent": True, "note": f"{platform.name} has no artifact reconciliation"}
+    return reconcile()

@@ -78,25 +78,34 @@ def seed(dsn: str | None, path: Path) -> None:
               help="Base of the exponential retry backoff, in seconds.")
 @click.option("--pool-max", default=10, show_default=True, type=int,
               help="Max database connections of this replica.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 16),
+              help="Worker processes of this replica (one event loop each).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--unsafe-ack-before-commit", is_flag=True, hidden=True,
               envvar="CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT",
               help="TEST ONLY: acknowledge submissions before committing them.")
 def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
-        pool_max: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
+        pool_max: int, workers: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
     """Run one API replica (uvicorn)."""
+    import dataclasses
+    import os
+
     import uvicorn
 
     from controlplane import logs
-    from controlplane.api.app import Settings, create_app
+    from controlplane.api.app import SETTINGS_ENV, Settings
 
     logs.setup(log_level)
-    app = create_app(Settings(dsn=resolve_dsn(dsn), lease_seconds=lease_seconds,
-                              heartbeat_seconds=max(0.5, lease_seconds / 3),
-                              retry_base_seconds=retry_base, pool_max=pool_max,
-                              unsafe_ack_before_commit=unsafe_ack_before_commit))
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
-                loop="uvloop", http="httptools", timeout_graceful_shutdown=5)
+    settings = Settings(dsn=resolve_dsn(dsn), lease_seconds=lease_seconds,
+                        heartbeat_seconds=max(0.5, lease_seconds / 3),
+                        retry_base_seconds=retry_base, pool_max=pool_max,
+                        unsafe_ack_before_commit=unsafe_ack_before_commit)
+    # worker processes rebuild the app from the environment (uvicorn imports a factory)
+    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
+    os.environ["CONTROLPLANE_LOG_LEVEL"] = log_level
+    uvicorn.run("controlplane.api.app:app_from_env", factory=True, host=host, port=port,
+                workers=workers, log_config=None, access_log=False, loop="uvloop",
+                http="httptools", timeout_graceful_shutdown=5)
 
 
 @group.command()

@@ -86,6 +86,7 @@ class ControlPlane:
     lease_seconds: float = 15.0
     agent_timeout: float | None = None
     retry_base: float = 1.0
+    api_workers: int = 1
     logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cp-")))
     project: str = "ml-team"
     user_token: str = field(default_factory=lambda: "u-" + secrets.token_hex(16))
@@ -125,7 +126,8 @@ class ControlPlane:
         port = free_port()
         p = spawn(f"api-{i}", gameday_cmd(
             "controlplane", "api", "--port", str(port), "--lease-seconds", str(self.lease_seconds),
-            "--retry-base", str(self.retry_base)), self.logdir, {"CONTROLPLANE_DSN": self.dsn}, port)
+            "--retry-base", str(self.retry_base), "--workers", str(self.api_workers)),
+            self.logdir, {"CONTROLPLANE_DSN": self.dsn}, port)
         wait_http(f"http://127.0.0.1:{port}/readyz", p)
         if i < len(self.apis):
             self.apis[i] = p

@@ -414,6 +414,20 @@ class MetricsMiddleware:
                 time.perf_counter() - start)
 
 
+SETTINGS_ENV = "CONTROLPLANE_API_SETTINGS"
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory: the `api` command puts its Settings in the environment."""
+    import json
+    import os
+
+    from controlplane import logs
+
+    logs.setup(os.environ.get("CONTROLPLANE_LOG_LEVEL", "INFO"))
+    return create_app(Settings(**json.loads(os.environ[SETTINGS_ENV])))
+
+
 def _route(scope: dict[str, Any]) -> str:
     r = scope.get("route")
     return getattr(r, "path", "unmatched")

@@ -130,6 +130,32 @@ class ControlPlaneAdapter:
                 "db": "PostgreSQL primary + synchronous standby", "agents": "node pools",
                 "artifact-store": "S3 bucket", "registry": "image registry"}
 
+    def reconcile_artifacts(self) -> dict[str, Any]:
+        """The restore-order reconciliation step (runbooks/db-primary-loss.md): the store and the
+        artifact bucket must agree. A succeeded operation without its COMPLETE.json, or a
+        COMPLETE.json of an operation the store does not know (acknowledged work lost by a
+        restore), is a discrepancy. Work still running may have neither yet: not counted."""
+        import psycopg
+
+        from controlplane.storage import StorageConfig, make_s3_client
+
+        if not (self.admin_dsn and self.s3_endpoint):
+            raise PlatformError("reconciliation needs the database DSN and the S3 endpoint")
+        with psycopg.connect(self.admin_dsn, connect_timeout=5) as conn:
+            states = dict(conn.execute("SELECT id::text, state FROM operations").fetchall())
+        s3 = make_s3_client(StorageConfig(self.s3_endpoint, bucket=self.bucket, read_timeout=10))
+        complete: set[str] = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                 Prefix="artifacts/"):
+            for obj in page.get("Contents", []):
+                if obj["Key"].endswith("/COMPLETE.json"):
+                    complete.add(obj["Key"].split("/")[1])
+        missing = sorted(i for i, st in states.items() if st == "succeeded" and i not in complete)
+        unknown = sorted(i for i in complete if i not in states)
+        return {"operations": len(states), "complete_manifests": len(complete),
+                "succeeded_without_artifacts": missing, "artifacts_of_unknown_operations": unknown,
+                "consistent": not missing and not unknown}
+
     def fault_targets(self) -> dict[str, str]:
         return {"api-replica": "api-1"}
 
