@@ -26,7 +26,8 @@ from infra.components.common import Naming
 from infra.components.controlplane import ControlPlane, ControlPlaneInputs
 from infra.components.database import Database
 from infra.components.encryption import DataKey
-from infra.components.identity import WorkloadIdentity
+from infra.components.gameday import WORKLOAD_POOLS
+from infra.components.identity import WorkloadIdentity, game_day_identity
 from infra.components.network import Network
 from infra.components.nodepools import NodePool, NvidiaDevicePlugin
 from infra.components.observability import Observability
@@ -108,6 +109,14 @@ role_arns: dict[str, pulumi.Input[str]] = {
                          cluster.oidc_provider_url, statements).role_arn
     for sa, (ns, name, statements) in grants.items()
 }
+
+if cfg.game_day.enabled:  # the scheduled game day's own role (docs/scheduling.md)
+    role_arns["gameday"] = game_day_identity(
+        f"{p}-gameday", naming, cp_ns, cluster.oidc_provider_arn, cluster.oidc_provider_url,
+        region=region, account_id=account_id, cluster_name=cluster.name,
+        database_identifier=database.identifier, bucket_names=[artifacts.bucket_name],
+        node_groups=[naming.name(pool) for pool in WORKLOAD_POOLS],
+    ).role_arn
 
 # --- Kubernetes -------------------------------------------------------------------------
 k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": cluster.provider},

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 PROJECT = "mlplatform"
@@ -226,9 +226,104 @@ class ObservabilityConfig(_Model):
     alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+$")
 
 
+# -- scheduled game days ----------------------------------------------------------------------
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (field name, lowest, highest, names mapped to numbers) in Kubernetes CronJob order.
+_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day-of-month", 1, 31, {}),
+    ("month", 1, 12, {m: i + 1 for i, m in enumerate(_MONTHS)}),
+    ("day-of-week", 0, 7, {d: i for i, d in enumerate(_WEEKDAYS)}),  # 0 and 7 are Sunday
+)
+
+
+def validate_cron(expr: str) -> str:
+    """Check a 5-field cron expression (what a Kubernetes CronJob's ``schedule`` accepts:
+    ``*``, ``a``, ``a-b``, lists, ``/step``, month/weekday names); return it normalised.
+
+    Raises ValueError naming the offending field and value."""
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(
+            f"{expr!r} is not a 5-field cron expression (minute hour day-of-month month "
+            f"day-of-week), it has {len(fields)} field(s); e.g. '0 6 * * 2' = Tuesdays 06:00"
+            + ("; set the zone with gameDay.timeZone, not TZ= in the schedule"
+               if "TZ=" in expr else "")
+        )
+    for text, (name, lo, hi, names) in zip(fields, _CRON_FIELDS):
+        def value(token: str, text: str = text, name: str = name, lo: int = lo, hi: int = hi,
+                  names: dict[str, int] = names) -> int:
+            if token.lower() in names:
+                return names[token.lower()]
+            if not token.isdigit():
+                raise ValueError(f"{expr!r}: {name} field {text!r}: {token!r} is not a number"
+                                 + (f" or a name ({', '.join(names)})" if names else ""))
+            if not lo <= int(token) <= hi:
+                raise ValueError(f"{expr!r}: {name} field {text!r}: {token} is outside {lo}-{hi}")
+            return int(token)
+
+        for part in text.split(","):
+            base, slash, step = part.partition("/")
+            if slash and (not step.isdigit() or int(step) < 1):
+                raise ValueError(f"{expr!r}: {name} field {text!r}: step {step!r} must be a "
+                                 "positive integer")
+            if base == "*":
+                continue
+            first, dash, last = base.partition("-")
+            if not first:
+                raise ValueError(f"{expr!r}: {name} field {text!r}: empty value")
+            start = value(first)
+            if dash and start > value(last):
+                raise ValueError(f"{expr!r}: {name} field {text!r}: range {base!r} runs backwards")
+    return " ".join(fields)
+
+
+def validate_time_zone(tz: str) -> str:
+    """An IANA zone name (what a CronJob's ``timeZone`` accepts); refuses offsets like
+    ``UTC+1`` and local abbreviations that the API server would reject at deploy time."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        available = zoneinfo.available_timezones()
+        if available or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*", tz):
+            raise ValueError(f"{tz!r} is not an IANA time zone name (e.g. 'Etc/UTC', "
+                             "'Europe/Berlin')") from None
+    return tz
+
+
 class GameDayConfig(_Model):
-    # Reserved for the scheduled game-day CronJob (a later issue); see infra/components/controlplane.py.
-    enabled: Literal[False] = False
+    """The scheduled game day (``infra/components/gameday.py``): a CronJob in the control-plane
+    namespace that runs ``gameday gate`` against this stack. Off unless ``enabled``."""
+
+    enabled: bool = False
+    # 5-field cron in timeZone; required when enabled.
+    schedule: str | None = None
+    time_zone: str = "Etc/UTC"
+    suite: Literal["ci", "core", "full"] = "core"
+    # prod game days are refused unless explicitly allowed (passed on as --allow-prod).
+    allow_prod: bool = False
+    active_deadline_seconds: int = Field(default=3600, ge=300, le=86400)
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        return None if v is None else validate_cron(v)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        return validate_time_zone(v)
+
+    @model_validator(mode="after")
+    def _schedule_when_enabled(self) -> GameDayConfig:
+        if self.enabled and self.schedule is None:
+            raise ValueError("schedule is required when enabled is true (5-field cron, "
+                             "e.g. '0 6 * * 2')")
+        return self
 
 
 class StackConfig(_Model):
@@ -290,9 +385,23 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
             + f"; allowed: {', '.join(TOP_LEVEL_KEYS)}"
         )
     try:
-        return StackConfig.model_validate(dict(raw))
+        cfg = StackConfig.model_validate(dict(raw))
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
+    check_game_day(cfg, source)
+    return cfg
+
+
+def check_game_day(cfg: StackConfig, source: str = "stack config") -> None:
+    """Scheduled fault injection into prod needs an explicit, separate opt-in."""
+    gd = cfg.game_day
+    if cfg.environment is Environment.PROD and gd.enabled and not gd.allow_prod:
+        raise ConfigError(
+            f"invalid stack config in {source}:\n"
+            f"  {PROJECT}:gameDay.allowProd: must be true to schedule game days in prod "
+            f"({PROJECT}:gameDay.enabled is true); the CronJob would inject faults into "
+            "production (it passes --allow-prod to `gameday gate`)"
+        )
 
 
 def load_stack_config() -> StackConfig:

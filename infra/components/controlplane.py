@@ -15,7 +15,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import GPU_RESOURCE, POOL_LABEL, TYPE_PREFIX, Naming, child
-from infra.config import ControlPlaneConfig, GpuNodePoolConfig, NodePoolsConfig
+from infra.components.gameday import WORKLOAD_POOLS, GameDayInputs, GameDaySchedule
+from infra.config import ControlPlaneConfig, GpuNodePoolConfig, NodePoolsConfig, load_stack_config
 from infra.objectives import ApiSettings
 
 API_PORT = 8080
@@ -116,11 +117,27 @@ class ControlPlane(pulumi.ComponentResource):
                              spread_required=False, automount=True, probes=False,
                              extra_env=self._agent_env(pool))
         self._controlplane_network_policies()
-        for ws in cfg.workload_namespaces:
-            self._workload_namespace(ws)
-        # Game-day CronJob (later issue): declare it here, in this component, with the
-        # control-plane placement (control_plane_pod_placement) and its own service account;
-        # config key `gameDay` (infra/config.py GameDayConfig) is reserved for it.
+        workload_ns = [self._workload_namespace(ws) for ws in cfg.workload_namespaces]
+        # Scheduled game day (infra/components/gameday.py, docs/scheduling.md): a CronJob with
+        # the control-plane placement, its own least-privilege service account and IRSA role.
+        game_day = load_stack_config().game_day  # validated before any resource was declared
+        self.game_day: GameDaySchedule | None = None
+        if game_day.enabled:
+            self.game_day = GameDaySchedule(
+                f"{name}-gameday",
+                GameDayInputs(
+                    cfg=game_day, environment=naming.environment, namespace=cfg.namespace,
+                    workload_namespaces=self.workload_namespaces, agent_pools=list(cfg.agents),
+                    region=inputs.region, bucket_names=[inputs.bucket_name],
+                    # Names as database.py / cluster.py / nodepools.py declare them.
+                    database_identifier=naming.name("controlplane"), cluster_name=naming.prefix,
+                    node_groups={pool: naming.name(pool) for pool in ("system", *WORKLOAD_POOLS)},
+                    role_arn=inputs.role_arns.get("gameday"), selector=self._selector("gameday"),
+                    container=self._container, pod_spec=self._pod_spec,
+                ),
+                naming,
+                opts=child(self, depends_on=[cp_ns, *workload_ns]),
+            )
         self.register_outputs({"namespace": self.namespace, "workload_namespaces": self.workload_namespaces})
 
     # -- helpers -----------------------------------------------------------------------
@@ -337,7 +354,7 @@ class ControlPlane(pulumi.ComponentResource):
             opts=self._cp_opts,
         )
 
-    def _workload_namespace(self, ws: Any) -> None:
+    def _workload_namespace(self, ws: Any) -> k8s.core.v1.Namespace:
         ns_res = self._namespace(ws.name, "workloads", pss="baseline")
         opts = child(self, depends_on=[ns_res])
         labels = self._naming.labels("workloads")
@@ -404,3 +421,4 @@ class ControlPlane(pulumi.ComponentResource):
                       for p in self._in.cfg.agents],
             opts=opts,
         )
+        return ns_res

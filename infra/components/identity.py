@@ -49,3 +49,73 @@ class WorkloadIdentity(pulumi.ComponentResource):
             aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy_output(statements), opts=child(self))
         self.role_arn = role.arn
         self.register_outputs({"role_arn": self.role_arn})
+
+
+def game_day_fault_statements(
+    region: str,
+    account_id: pulumi.Input[str],
+    cluster_name: pulumi.Input[str],
+    database_identifier: pulumi.Input[str],
+    bucket_names: list[pulumi.Input[str]],
+    node_groups: list[str],
+) -> list[dict[str, Any]]:
+    """What the cloud fault drivers (docs/chaos-cloud.md, "AWS IAM") call, each action on
+    exactly this stack's resource; no wildcard action.
+
+    ``node_groups`` are the pools a game day may withdraw or lose a node of: the workload
+    pools. The ``system`` pool (control plane and the game-day pod itself) is out of reach."""
+    arn = pulumi.Output.concat
+    return [
+        {"Sid": "DatabaseFailover", "Effect": "Allow",
+         "Action": ["rds:DescribeDBInstances", "rds:RebootDBInstance"],
+         "Resource": [arn("arn:aws:rds:", region, ":", account_id, ":db:", database_identifier)]},
+        # Only the bucket *policy* (artifact_store_unreachable adds/removes a Deny); no data access.
+        {"Sid": "ArtifactStoreUnreachable", "Effect": "Allow",
+         "Action": ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"],
+         "Resource": [arn("arn:aws:s3:::", b) for b in bucket_names]},
+        {"Sid": "NodeGroupScaling", "Effect": "Allow",
+         "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
+         "Resource": [arn("arn:aws:eks:", region, ":", account_id, ":nodegroup/", cluster_name, "/", ng, "/*")
+                      for ng in node_groups]},
+        # DescribeInstances has no resource-level permissions; it exposes no data.
+        {"Sid": "FindNodeInstances", "Effect": "Allow",
+         "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+        {"Sid": "TerminateNodeOfThisCluster", "Effect": "Allow",
+         "Action": ["ec2:TerminateInstances"],
+         "Resource": [arn("arn:aws:ec2:", region, ":", account_id, ":instance/*")],
+         "Condition": {"StringEquals": {
+             "aws:ResourceTag/eks:cluster-name": cluster_name,
+             "aws:ResourceTag/eks:nodegroup-name": node_groups,
+         }}},
+    ]
+
+
+def game_day_identity(
+    name: str,
+    naming: Naming,
+    namespace: str,
+    oidc_provider_arn: pulumi.Input[str],
+    oidc_provider_url: pulumi.Input[str],
+    *,
+    region: str,
+    account_id: pulumi.Input[str],
+    cluster_name: pulumi.Input[str],
+    database_identifier: pulumi.Input[str],
+    bucket_names: list[pulumi.Input[str]],
+    node_groups: list[str],
+    opts: pulumi.ResourceOptions | None = None,
+) -> WorkloadIdentity:
+    """IRSA role of the ``gameday`` service account (the scheduled game-day CronJob).
+
+    ``name`` must not start with ``<project>-<stack>-irsa-``: artifact_store_unreachable denies
+    object access to every role matching that prefix (``denyPrincipalArns``), and the game-day
+    role is the one that must keep the ability to undo it."""
+    if name.startswith(naming.name("irsa")):
+        raise ValueError(f"game-day role {name!r} would match the artifact fault's deny pattern "
+                         f"{naming.name('irsa')}-*")
+    return WorkloadIdentity(
+        name, naming, namespace, "gameday", oidc_provider_arn, oidc_provider_url,
+        game_day_fault_statements(region, account_id, cluster_name, database_identifier,
+                                  bucket_names, node_groups),
+        opts=opts,
+    )

@@ -166,8 +166,13 @@ def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any
     """Run infra/__main__.py for ``stack`` (config from Pulumi.<stack>.yaml, deep-merged
     with ``patch``; a None value deletes a key) and return the registered resources.
     ``objectives`` replaces what slo/ would provide (default: ``objectives_for(stack)``)."""
+    import asyncio
+
     import infra.slo_source
 
+    # Pulumi's mock runtime uses asyncio.get_event_loop(); an earlier asyncio.run() in the same
+    # test process (other suites) leaves the main thread without a current loop.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     chosen = objectives if objectives is not None else objectives_for(stack)
     original = infra.slo_source.load_objectives
     infra.slo_source.load_objectives = lambda env: chosen  # type: ignore[assignment]

@@ -1,0 +1,245 @@
+"""The scheduled game day: a CronJob in the control-plane namespace that runs
+``gameday gate`` against this stack (docs/scheduling.md).
+
+- never overlaps: ``concurrencyPolicy: Forbid`` (the in-environment lock of ``gameday gate``
+  is the second guard), ``backoffLimit: 0`` (a failed game day is reported, not retried);
+- never inside a declared freeze window: ``gameday gate`` refuses inside the windows of
+  ``chaos/freeze-windows.yaml``, which this component ships in the ``gameday-target``
+  ConfigMap so the cluster follows the repository's windows at deploy time, not the image's;
+- least privilege: its own service account ``gameday`` with exactly the Kubernetes verbs the
+  cloud fault drivers call (docs/chaos-cloud.md) and an IRSA role scoped to this stack's
+  RDS instance, artifact bucket and workload node groups (``identity.game_day_identity``);
+- control-plane placement: on-demand system nodes, never spot or GPU, non-root, read-only
+  root filesystem, like every other control-plane pod.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.common import TYPE_PREFIX, Naming, child
+from infra.config import ConfigError, GameDayConfig
+
+SERVICE_ACCOUNT = "gameday"
+CRONJOB = "gameday"
+TARGET_CONFIGMAP = "gameday-target"
+TARGET_DIR = "/etc/gameday"
+TARGET_PATH = f"{TARGET_DIR}/target.json"
+FREEZE_PATH = f"{TARGET_DIR}/freeze-windows.yaml"
+RUNS_DIR = "/runs"
+FREEZE_FILE = Path(__file__).resolve().parents[2] / "chaos" / "freeze-windows.yaml"
+# A start missed by more than this (controller down, previous run still active under Forbid)
+# is skipped rather than run late at an hour nobody planned for.
+STARTING_DEADLINE_SECONDS = 600
+SUCCESSFUL_HISTORY, FAILED_HISTORY = 3, 5
+RBAC_GROUP = "rbac.authorization.k8s.io"
+# Pools a game day may withdraw or lose a node of; the system pool runs the control plane and
+# this CronJob's own pod and is out of the role's reach.
+WORKLOAD_POOLS = ("cpu", "gpu")
+
+# Kubernetes verbs the cloud drivers call (chaos/drivers/kubernetes.py, chaosk8s), nothing more.
+CONTROL_PLANE_RULES: list[dict[str, Any]] = [
+    # kill: list + delete one pod; hang/partition: label the target pods (patch).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete", "patch"]},
+    # stop/start: read the replica count, scale to 0 and back.
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+    # hang/partition: own policies (create/delete), narrow the allow policies (patch) and put
+    # their exact original back (replace = update).
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "list", "create", "patch", "update", "delete"]},
+]
+WORKLOAD_RULES: list[dict[str, Any]] = [
+    # registry_unreachable / registry_restore: read and replace workload-isolation.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "list", "update"]},
+]
+CLUSTER_RULES: list[dict[str, Any]] = [
+    # withdraw_pool/restore_pool: cordon/uncordon; drain through the eviction API.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+]
+
+
+@dataclass(frozen=True)
+class GameDayInputs:
+    cfg: GameDayConfig
+    environment: str
+    namespace: str
+    workload_namespaces: list[str]
+    agent_pools: list[str]
+    region: str
+    bucket_names: list[pulumi.Input[str]]
+    database_identifier: str
+    cluster_name: str
+    node_groups: dict[str, str]
+    role_arn: pulumi.Input[str] | None
+    selector: dict[str, str]
+    # ControlPlane's builders, so this pod gets the same image, security context and placement.
+    container: Callable[..., dict[str, Any]]
+    pod_spec: Callable[..., dict[str, Any]]
+
+
+def args_for(cfg: GameDayConfig, environment: str) -> list[str]:
+    args = ["gate", "--env", environment, "--suite", cfg.suite, "--target", TARGET_PATH,
+            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH]
+    if cfg.allow_prod and environment == "prod":
+        args.append("--allow-prod")
+    return args
+
+
+def freeze_windows_text(path: Path = FREEZE_FILE) -> str:
+    """The declared freeze windows, validated here so a broken file stops `pulumi up`
+    instead of silently disabling the guard in the cluster."""
+    from gameday.schedule import ScheduleError, load_freeze_windows
+
+    if not path.exists():
+        raise ConfigError(f"scheduled game days need the freeze windows file {path}")
+    try:
+        load_freeze_windows(path)
+    except ScheduleError as exc:
+        raise ConfigError(f"freeze windows for the game-day CronJob: {exc}") from None
+    return path.read_text()
+
+
+def _target(inputs: GameDayInputs, project: str, stack: str) -> pulumi.Output[str]:
+    """The target description the cloud fault drivers read (chaos/drivers/cloud.py
+    ``CloudTarget.KEYS``): only keys it knows, built from what this program declares."""
+    def render(buckets: list[str]) -> str:
+        return json.dumps({
+            "environment": inputs.environment,
+            "project": project,
+            "stack": stack,
+            "region": inputs.region,
+            "clusterName": inputs.cluster_name,
+            "controlPlaneNamespace": inputs.namespace,
+            "workloadNamespaces": inputs.workload_namespaces,
+            # Deployments are controlplane-api, controlplane-reconciler, controlplane-agent-<pool>.
+            "agentPools": inputs.agent_pools,
+            "artifactBucket": buckets[0],
+            "artifactBuckets": buckets,
+            "databaseIdentifier": inputs.database_identifier,
+            "nodeGroups": inputs.node_groups,
+        }, indent=2, sort_keys=True)
+
+    return pulumi.Output.all(*inputs.bucket_names).apply(lambda b: render(list(b)))
+
+
+class GameDaySchedule(pulumi.ComponentResource):
+    cronjob_name: str
+
+    def __init__(
+        self,
+        name: str,
+        inputs: GameDayInputs,
+        naming: Naming,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}:GameDaySchedule", name, None, opts)
+        cfg, ns = inputs.cfg, inputs.namespace
+        if not cfg.enabled or cfg.schedule is None:
+            raise ConfigError("GameDaySchedule needs gameDay.enabled: true and gameDay.schedule")
+        deps = list((opts.depends_on if opts and isinstance(opts.depends_on, list) else []) or [])
+        o = child(self, depends_on=deps)
+        labels = {**naming.labels("gameday"), **inputs.selector}
+
+        def meta(obj_name: str, namespace: str | None, **extra: Any) -> dict[str, Any]:
+            m: dict[str, Any] = {"name": obj_name, "labels": labels, **extra}
+            if namespace:
+                m["namespace"] = namespace
+            return m
+
+        annotations = {"eks.amazonaws.com/role-arn": inputs.role_arn} if inputs.role_arn else {}
+        sa = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=meta(SERVICE_ACCOUNT, ns, annotations=annotations),
+            automount_service_account_token=True,  # the drivers talk to the Kubernetes API
+            opts=o,
+        )
+        subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]
+        k8s.rbac.v1.Role(f"{name}-role", metadata=meta(SERVICE_ACCOUNT, ns),
+                         rules=CONTROL_PLANE_RULES, opts=o)
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-binding", metadata=meta(SERVICE_ACCOUNT, ns),
+            role_ref={"apiGroup": RBAC_GROUP, "kind": "Role", "name": SERVICE_ACCOUNT},
+            subjects=subject, opts=o)
+        for wns in inputs.workload_namespaces:
+            k8s.rbac.v1.Role(f"{name}-{wns}-role", metadata=meta(SERVICE_ACCOUNT, wns),
+                             rules=WORKLOAD_RULES, opts=o)
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-{wns}-binding", metadata=meta(SERVICE_ACCOUNT, wns),
+                role_ref={"apiGroup": RBAC_GROUP, "kind": "Role", "name": SERVICE_ACCOUNT},
+                subjects=subject, opts=o)
+        cluster_role = naming.name("gameday")  # cluster-scoped: unique per stack
+        k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(cluster_role, None),
+                                rules=CLUSTER_RULES, opts=o)
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterbinding", metadata=meta(cluster_role, None),
+            role_ref={"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": cluster_role},
+            subjects=subject, opts=o)
+
+        self.target_json = _target(inputs, naming.project, naming.stack)
+        target = k8s.core.v1.ConfigMap(
+            f"{name}-target",
+            metadata=meta(TARGET_CONFIGMAP, ns),
+            data={"target.json": self.target_json, "freeze-windows.yaml": freeze_windows_text()},
+            opts=o,
+        )
+
+        container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
+                                     {"cpu": "500m", "memory": "1Gi"}, probes=False)
+        container["env"] = [
+            # chaosk8s: use the in-cluster service account, not a kubeconfig file.
+            {"name": "CHAOSTOOLKIT_IN_POD", "value": "true"},
+            {"name": "AWS_REGION", "value": inputs.region},
+            {"name": "AWS_DEFAULT_REGION", "value": inputs.region},
+            # Read-only root filesystem: everything writable lives in the emptyDirs.
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "GAMEDAY_HOME", "value": f"{RUNS_DIR}/.gameday"},
+        ]
+        container["workingDir"] = RUNS_DIR
+        container["volumeMounts"] = [
+            *container["volumeMounts"],
+            {"name": "runs", "mountPath": RUNS_DIR},
+            {"name": "target", "mountPath": TARGET_DIR, "readOnly": True},
+        ]
+        pod = inputs.pod_spec(SERVICE_ACCOUNT, [container], automount=True)
+        pod["restartPolicy"] = "Never"
+        pod["volumes"] = [
+            *pod["volumes"],
+            {"name": "runs", "emptyDir": {}},
+            {"name": "target", "configMap": {"name": TARGET_CONFIGMAP, "defaultMode": 0o444}},
+        ]
+        self.cronjob_name = CRONJOB
+        k8s.batch.v1.CronJob(
+            f"{name}-cronjob",
+            metadata=meta(CRONJOB, ns),
+            spec={
+                "schedule": cfg.schedule,
+                "timeZone": cfg.time_zone,
+                "concurrencyPolicy": "Forbid",
+                "startingDeadlineSeconds": STARTING_DEADLINE_SECONDS,
+                "successfulJobsHistoryLimit": SUCCESSFUL_HISTORY,
+                "failedJobsHistoryLimit": FAILED_HISTORY,
+                "suspend": False,
+                "jobTemplate": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "backoffLimit": 0,
+                        "activeDeadlineSeconds": cfg.active_deadline_seconds,
+                        "template": {"metadata": {"labels": labels}, "spec": pod},
+                    },
+                },
+            },
+            opts=child(self, depends_on=[*deps, sa, target]),
+        )
+        self.register_outputs({"cronjob": CRONJOB, "namespace": ns, "schedule": cfg.schedule,
+                               "target_json": self.target_json})
