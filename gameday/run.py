@@ -215,12 +215,18 @@ def run_gameday(opts: Options, console: Console) -> int:
     if not env.is_running():
         _say(console, f"bringing up environment {opts.env_name!r} ...")
         try:
-            env.up(reporter=lambda msg: _say(console, f"  {msg}"))
+            env.up(reporter=lambda msg: _say(console, f"  {msg}"), platform=opts.platform)
         except EnvError as exc:
             _say(console, f"[bold red]refused[/]: the environment did not come up: {exc}")
             return EXIT_REFUSED
         started_env = True
     env = LocalEnvironment.load(opts.env_name, opts.home)
+    running = env.info.get("platform", "controlplane")
+    if running != opts.platform:
+        _say(console, f"[bold red]refused[/]: environment {opts.env_name!r} runs platform "
+                      f"{running!r}, not {opts.platform!r}: `gameday env down` it first or use "
+                      "another --env-name")
+        return EXIT_REFUSED
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
     run_dir = (opts.runs_dir / run_id).resolve()
     lock = GameDayLock(env.state_dir / "gameday.lock")
@@ -253,17 +259,31 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     collect.write_run_json(run_dir, info)
     _say(console, f"run {run_id}: {len(names)} experiment(s) -> {run_dir}")
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
+    not_applicable = {n: why for n in names if (why := adapter.applicability(n))}
+    for n, why in not_applicable.items():
+        _say(console, f"[yellow]not applicable to {opts.platform}[/]: {n}: {why}")
+    names = [n for n in names if n not in not_applicable]
+    info.update(experiments=names, not_applicable=not_applicable)
+    collect.write_run_json(run_dir, info)
     driver = LocalFaults(env)
     eps = env.endpoints
-    scenario = load_scenario(opts.load_scenario)
-    scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
-        update={"image": eps["image"]})})
-    project, token = sorted(env.tokens["projects"].items())[0]
-    load = runner.start_background(scenario, eps["api"], token, run_dir, s3_endpoint=eps["s3"])
+    if opts.platform == "controlplane":
+        scenario = load_scenario(opts.load_scenario)
+        scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
+            update={"image": eps["image"]})})
+        project, token = sorted(env.tokens["projects"].items())[0]
+        load = runner.start_background(scenario, eps["api"], token, run_dir, s3_endpoint=eps["s3"])
+    else:  # other platforms: the same evidence files, made through the adapter
+        from gameday.platforms import load as adapter_load
+
+        project = getattr(adapter, "project", opts.platform)
+        load = adapter_load.start_background(
+            lambda: get_adapter(opts.platform, env.endpoints, env.tokens), run_dir)
     env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),
                 "GAMEDAY_PLATFORM": opts.platform,
                 "GAMEDAY_HOME": str(opts.home) if opts.home else os.environ.get("GAMEDAY_HOME", "")}
     records = [ExperimentRun(n) for n in names]
+    not_applicable: dict[str, str] = {}
     settle = settle_seconds(opts.env)
     interrupted = False
     try:
@@ -273,6 +293,14 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
             overall = progress.add_task("game day", total=len(names))
             time.sleep(5)  # let the load reach steady state before the first fault
             for rec in records:
+                why_not = adapter.applicability(rec.name)
+                if why_not:
+                    rec.status = f"not applicable: {why_not}"
+                    not_applicable[rec.name] = why_not
+                    progress.add_task(f"{rec.name}: not applicable to {opts.platform}", total=1,
+                                      completed=1)
+                    progress.advance(overall)
+                    continue
                 task = progress.add_task(f"{rec.name}: waiting for a healthy system", total=None)
                 healthy, why = _wait_healthy(env, adapter, 90.0)
                 if not healthy:
@@ -309,7 +337,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
             counts = {"error": str(exc)}
             _say(console, f"[red]{exc}[/]")
         info.update(ended_at=ended_at.isoformat(), snapshot_at=collect.utcnow().isoformat(),
-                    interrupted=interrupted, ledger_entries=acks, fault_events=faults,
+                    interrupted=interrupted, not_applicable=not_applicable, ledger_entries=acks, fault_events=faults,
                     prometheus=prom, snapshot=counts, project=project,
                     experiment_status={r.name: {"status": r.status, "seconds": round(r.seconds, 1),
                                                 "detail": r.detail} for r in records},

@@ -685,6 +685,7 @@ def evaluate_evidence(
         checks=checks,
         findings=findings,
         baseline_runs=baseline_runs,
+        not_applicable=dict(evidence.run.not_applicable),
     )
 
 

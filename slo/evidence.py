@@ -41,6 +41,8 @@ class RunInfo(_Record):
     ended_at: UtcTime
     snapshot_at: UtcTime | None = None
     versions: dict[str, str] = Field(default_factory=dict)
+    # experiments of the suite that do not apply to this platform, with the reason
+    not_applicable: dict[str, str] = Field(default_factory=dict)
 
 
 class LedgerEntry(_Record):

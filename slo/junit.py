@@ -53,6 +53,11 @@ def junit_xml(verdict: Verdict) -> str:
         for c in verdict.checks:
             if c.experiment == e.name:
                 _case(suite, f"gameday.{e.name}", c.id, c.status, c.message, _detail(c))
+    for name, why in sorted(verdict.not_applicable.items()):
+        suite = ET.SubElement(root, "testsuite", name=name)
+        case = ET.SubElement(suite, "testcase", classname=f"gameday.{name}",
+                             name=f"{name}.experiment")
+        ET.SubElement(case, "skipped", message=f"not applicable to {verdict.platform}: {why}")
     total_failures = 0
     for suite in root:
         cases = suite.findall("testcase")

@@ -59,6 +59,9 @@ def render_markdown(verdict: Verdict) -> str:
     ]
     if verdict.findings:
         lines += ["## Findings", ""] + [f"- {f}" for f in verdict.findings] + [""]
+    if verdict.not_applicable:
+        lines += [f"## Not applicable to {verdict.platform}", ""] + [
+            f"- {name}: {why}" for name, why in sorted(verdict.not_applicable.items())] + [""]
     lines += [
         "## SLIs over the run",
         "",

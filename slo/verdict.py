@@ -127,6 +127,7 @@ class Verdict(_M):
     checks: list[Check]
     findings: list[str]
     baseline_runs: list[str] = Field(default_factory=list)
+    not_applicable: dict[str, str] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -260,3 +260,20 @@ def test_next_experiments_outage_is_never_charged_to_the_previous_one(make_run, 
     assert second.detection_seconds is not None  # the outage is seen, by the right experiment
     assert _check(verdict, "api-replica-loss.rto").status == "pass"
     assert first.recovery_seconds == 0.0
+
+
+def test_not_applicable_experiments_are_reported_not_silently_skipped(make_run) -> None:
+    from slo.report import write_reports
+
+    run = make_run(ExperimentFixture("api-replica-loss"))
+    info = json.loads((run.path / "run.json").read_text())
+    info["not_applicable"] = {"registry-failure": "no image pull: process workers"}
+    (run.path / "run.json").write_text(json.dumps(info))
+    verdict = evaluate_run(run.path)
+    assert verdict.not_applicable == {"registry-failure": "no image pull: process workers"}
+    assert verdict.exit_code == EXIT_PASS  # not applicable is neither a pass nor a failure
+    paths = write_reports(verdict, run.path)
+    junit = paths["junit.xml"].read_text()
+    assert 'name="registry-failure.experiment"' in junit and "not applicable" in junit
+    assert "registry-failure: no image pull: process workers" in paths["report.md"].read_text()
+    assert "no image pull: process workers" in paths["report.html"].read_text()
