@@ -99,7 +99,7 @@ def _register(c: object, headers: dict[str, str], timeout: float = 60.0) -> str:
     while time.monotonic() < deadline:
         r = c.post("/v1/agents/register", headers=headers, json={  # type: ignore[attr-defined]
             "name": "bench-agent", "pool": "cpu", "zone": "z", "region": "r",
-            "capabilities": {"cpu_slots": 100_000}})
+            "capabilities": {"cpu_slots": 1000}})
         if r.status_code == 200:
             return r.json()["agent_id"]
         last = f"HTTP {r.status_code}: {r.text[:200]}"
