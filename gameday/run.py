@@ -259,12 +259,6 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     collect.write_run_json(run_dir, info)
     _say(console, f"run {run_id}: {len(names)} experiment(s) -> {run_dir}")
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
-    not_applicable = {n: why for n in names if (why := adapter.applicability(n))}
-    for n, why in not_applicable.items():
-        _say(console, f"[yellow]not applicable to {opts.platform}[/]: {n}: {why}")
-    names = [n for n in names if n not in not_applicable]
-    info.update(experiments=names, not_applicable=not_applicable)
-    collect.write_run_json(run_dir, info)
     driver = LocalFaults(env)
     eps = env.endpoints
     if opts.platform == "controlplane":
@@ -337,7 +331,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
             counts = {"error": str(exc)}
             _say(console, f"[red]{exc}[/]")
         info.update(ended_at=ended_at.isoformat(), snapshot_at=collect.utcnow().isoformat(),
-                    interrupted=interrupted, not_applicable=not_applicable, ledger_entries=acks, fault_events=faults,
+                    interrupted=interrupted, not_applicable=not_applicable,
+                    ledger_entries=acks, fault_events=faults,
                     prometheus=prom, snapshot=counts, project=project,
                     experiment_status={r.name: {"status": r.status, "seconds": round(r.seconds, 1),
                                                 "detail": r.detail} for r in records},

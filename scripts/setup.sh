@@ -40,4 +40,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e '.[dev]'
   touch "$stamp"
 fi
+# Prefect 3 in its own venv, for the `prefect` platform adapter and its tests
+bash scripts/setup-prefect.sh
 echo "==> ready: .venv/bin/gameday"

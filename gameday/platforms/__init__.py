@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gameday.platforms.base import Ack, PlatformAdapter, PlatformError, SubmitRequest, Workload
 
-__all__ = ["Ack", "PlatformAdapter", "PlatformError", "SubmitRequest", "Workload", "get_adapter"]
+__all__ = ["PLATFORMS", "Ack", "PlatformAdapter", "PlatformError", "SubmitRequest", "Workload",
+           "get_adapter"]
 
 
 def get_adapter(platform: str, endpoints: dict, tokens: dict) -> PlatformAdapter:
@@ -13,4 +14,11 @@ def get_adapter(platform: str, endpoints: dict, tokens: dict) -> PlatformAdapter
         from gameday.platforms.controlplane import ControlPlaneAdapter
 
         return ControlPlaneAdapter.from_env(endpoints, tokens)
-    raise PlatformError(f"unknown platform {platform!r}; known: controlplane")
+    if platform == "prefect":  # [platform adapters] Prefect 3 over its REST API
+        from gameday.platforms.prefect import PrefectAdapter
+
+        return PrefectAdapter.from_env(endpoints, tokens)
+    raise PlatformError(f"unknown platform {platform!r}; known: {', '.join(PLATFORMS)}")
+
+
+PLATFORMS = ("controlplane", "prefect")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, 
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def _jsonable(v: Any) -> Any:
@@ -183,32 +183,37 @@ class ControlPlaneAdapter:
         return counts
 
     def _objects(self, path: Path) -> int:
-        if not self.s3_endpoint:
-            path.write_text("")
-            return 0
-        from controlplane.storage import StorageConfig, make_s3_client
+        return write_objects(self.s3_endpoint, self.bucket, path)
 
-        s3 = make_s3_client(StorageConfig(self.s3_endpoint, bucket=self.bucket, read_timeout=10))
-        rows = []
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
-            for obj in page.get("Contents", []):
-                body = s3.get_object(Bucket=self.bucket, Key=obj["Key"])["Body"].read()
-                row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
-                                       "etag": obj.get("ETag", "").strip('"'),
-                                       "sha256": hashlib.sha256(body).hexdigest(), "content": None}
-                if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
-                    try:
-                        row["content"] = json.loads(body)
-                    except ValueError:
-                        row["content"] = None  # a torn manifest is evidence too
-                rows.append(row)
-        _write_jsonl(path, rows)
-        return len(rows)
+
+def write_objects(s3_endpoint: str | None, bucket: str, path: Path) -> int:
+    """snapshot/objects.jsonl: the bucket's listing with sha256, manifests parsed (shared by
+    every adapter whose platform writes to the environment's S3 store)."""
+    if not s3_endpoint:
+        path.write_text("")
+        return 0
+    from controlplane.storage import StorageConfig, make_s3_client
+
+    s3 = make_s3_client(StorageConfig(s3_endpoint, bucket=bucket, read_timeout=10))
+    rows = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for obj in page.get("Contents", []):
+            body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+            row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
+                                   "etag": obj.get("ETag", "").strip('"'),
+                                   "sha256": hashlib.sha256(body).hexdigest(), "content": None}
+            if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
+                try:
+                    row["content"] = json.loads(body)
+                except ValueError:
+                    row["content"] = None  # a torn manifest is evidence too
+            rows.append(row)
+    _write_jsonl(path, rows)
+    return len(rows)
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps({k: _jsonable(v) for k, v in r.items()}, default=str) + "\n")
+        f.writelines(json.dumps({k: _jsonable(v) for k, v in r.items()}, default=str) + "\n" for r in rows)
     tmp.replace(path)

@@ -90,7 +90,11 @@ def env_group() -> None:
 @click.option("--infra-only", is_flag=True, help="Start the servers only, not the control plane.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON when up.")
-def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool) -> None:
+@click.option("--platform", default="controlplane", show_default=True,
+              type=click.Choice(["controlplane", "prefect"]),
+              help="Control plane under test (prefect: Prefect 3 server + process workers).")
+def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
+           platform: str) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
     from infra.local.env import LocalEnvironment
 
@@ -101,7 +105,8 @@ def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_js
             console.print(f"  [green]✓[/] {message} [dim]({time.monotonic() - started:.1f} s)[/]")
             spinner.update(f"starting environment {name!r}: {message}")
 
-        status = env.up(reporter=report, infra_only=infra_only, timeout=timeout)
+        status = env.up(reporter=report, infra_only=infra_only, timeout=timeout,
+                        platform=platform)
     console.print(f"[bold green]up[/] in {status['up_seconds']} s; state in {env.state_dir}")
     if as_json:
         click.echo(json.dumps(status, indent=2))

@@ -72,6 +72,12 @@ Reporter = Callable[[str], None]
 CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
 
 
+def secrets_token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(18)
+
+
 def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -402,8 +408,13 @@ class LocalEnvironment:
             return False
         return self.supervisor.alive() or bool(self.running_components())
 
-    def preflight(self) -> list[str]:
+    def preflight(self, platform: str = "controlplane") -> list[str]:
         problems = []
+        if platform == "prefect":  # [platform adapters] Prefect runs from its own venv
+            from infra.local import prefect
+
+            if prefect.missing():
+                problems.append(prefect.missing())
         for binary in ("/usr/bin/etcd", "/usr/bin/patroni", "/usr/sbin/haproxy",
                        "/usr/bin/docker-registry", "/usr/bin/prometheus", str(PG_BIN / "postgres")):
             if not Path(binary).exists():
@@ -416,8 +427,12 @@ class LocalEnvironment:
         return problems
 
     def up(self, reporter: Reporter | None = None, *, infra_only: bool = False,
-           timeout: float = 60.0) -> dict[str, Any]:
-        """Start every component and wait until all are healthy; tear down on any failure."""
+           timeout: float = 60.0, platform: str = "controlplane") -> dict[str, Any]:
+        """Start every component and wait until all are healthy; tear down on any failure.
+
+        ``platform`` names the control plane under test: ``controlplane`` (ours, the default) or
+        ``prefect`` (Prefect 3 server + process workers instead of our API/reconciler/agents,
+        beside the same shared components: infra/local/prefect.py)."""
         say = reporter or (lambda _msg: None)
         started = time.monotonic()
         if self.is_running():
@@ -426,21 +441,35 @@ class LocalEnvironment:
                 f"use `gameday env status` or `gameday env down` first")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
-        problems = self.preflight()
+        problems = self.preflight(platform)
         if problems:
             raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))
 
-        commands = set() if infra_only else controlplane_commands()
+        if platform not in ("controlplane", "prefect"):  # [platform adapters]
+            raise EnvError(f"unknown platform {platform!r}; known: controlplane, prefect")
+        commands = set() if infra_only or platform != "controlplane" else controlplane_commands()
         with_cp = CONTROLPLANE_COMMANDS <= commands
         with_agents = with_cp and "agent" in commands
         previous = self.info or {}
         secrets = Secrets(**previous["secrets"]) if previous.get("secrets") else Secrets()
         agents = self.topology if with_agents else ()
         self.agents = agents
-        ports = allocate_ports(port_names(self.topology), previous.get("ports"))
+        # [platform adapters] the platform's own components join the shared ones
+        extra_ports: list[str] = []
+        if platform == "prefect":
+            from infra.local import prefect
+
+            extra_ports = prefect.port_names()
+        ports = allocate_ports(port_names(self.topology) + extra_ports, previous.get("ports"))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
         self.components = build_components(self.state_dir, self.name, ports, secrets, agents, with_cp)
+        platform_info: dict[str, Any] = {}
+        if platform == "prefect":
+            platform_info = {"db_password": (previous.get("prefect") or {}).get("db_password")
+                             or secrets_token()}
+            self.components.update(prefect.build_components(self.state_dir, ports,
+                                                            platform_info["db_password"]))
         self.info = {
             "name": self.name, "state_dir": str(self.state_dir), "status": "starting",
             "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
@@ -450,7 +479,11 @@ class LocalEnvironment:
             "endpoints": self._endpoints(ports, secrets, with_cp),
             "tokens": {"projects": secrets.project_tokens, "agent": secrets.agent_token,
                        "admin": secrets.admin_token},
+            "platform": platform,  # [platform adapters]
         }
+        if platform == "prefect":  # [platform adapters]
+            self.info["prefect"] = platform_info
+            self.info["endpoints"].update(prefect.endpoints(ports))
         self._write_info()
         self.note("env_up", {"controlplane": with_cp, "agents": [a.name for a in agents]})
         try:
@@ -459,6 +492,8 @@ class LocalEnvironment:
             self._up_infra(say, timeout)
             if with_cp:
                 self._up_controlplane(say, timeout, agents)
+            if platform == "prefect":  # [platform adapters]
+                prefect.up(self, say, timeout)
             standby = self.wait_sync_standby(timeout)
             say(f"synchronous standby: {standby}")
             self.supervisor.call("detach")

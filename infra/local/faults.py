@@ -307,7 +307,14 @@ class FaultInjector:
     def _pool_agents(self, pool: str) -> list[str]:
         members = [a.name for a in self.env.agents if a.pool == pool]
         if not members:
-            pools = sorted({a.pool for a in self.env.agents})
+            # [platform adapters] another platform's workers are a pool through their `pool`
+            # label (e.g. Prefect process workers: pool "prefect-cpu", infra/local/prefect.py)
+            members = [n for n, c in self.env.components.items()
+                       if c.kind != "agent" and c.labels.get("pool") == pool]
+        if not members:
+            pools = sorted({a.pool for a in self.env.agents} |
+                           {c.labels["pool"] for c in self.env.components.values()
+                            if c.labels.get("pool")})
             raise UnknownTarget(f"pool {pool!r} has no agents; pools: {', '.join(pools) or 'none'}")
         return members
 

@@ -1,0 +1,417 @@
+"""Adapter for Prefect 3 (a control plane we did not write), over its REST API only.
+
+The harness never imports ``prefect`` (its pins would fight ours; it lives in ``.venv-prefect``).
+Everything goes through ``httpx`` to the server's ``/api``:
+
+============================  ==================================================================
+harness                       Prefect
+============================  ==================================================================
+submit (idempotency key)      ``POST /deployments/{id}/create_flow_run`` with ``idempotency_key``
+                              (201 new; 200 and the *same* flow run for a repeated key, whatever
+                              the payload: Prefect never answers 409, see ``FINDINGS``)
+operation                     flow run (id = operation id, project ``prefect``)
+queue / capacity pool         work pool (``cpu-pool``, ``gpu-pool``) and its process workers
+attempt                       one pass through PENDING -> RUNNING -> end in the state history
+                              (``run_count`` is the attempt number the flow writes under)
+events                        state history (``to_state``) + the flow's own run logs: the sample
+                              workload's ``@event`` lines (progress, checkpoint_*, artifact_written,
+                              resumed) and the worker's "submitting flow run" line (agent name)
+cancel                        ``set_state`` CANCELLING (running) or CANCELLED (not yet picked up)
+healthy                       ``GET /ready`` (503 when Prefect cannot reach its database)
+============================  ==================================================================
+
+States are mapped to the harness vocabulary (docs/CONTRACTS.md): SCHEDULED -> queued (LATE too,
+with a pending reason), PENDING -> dispatched (a worker took it and is starting the process),
+RUNNING/CANCELLING -> running, COMPLETED -> succeeded, FAILED/CRASHED -> failed,
+CANCELLED -> canceled, PAUSED -> blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
+from gameday.platforms.controlplane import _write_jsonl, write_objects
+
+PROJECT = "prefect"
+EVENT_PREFIX = "@event "
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+STATE_MAP = {"SCHEDULED": "queued", "PENDING": "dispatched", "RUNNING": "running",
+             "CANCELLING": "running", "COMPLETED": "succeeded", "FAILED": "failed",
+             "CRASHED": "failed", "CANCELLED": "canceled", "PAUSED": "blocked"}
+# harness state -> Prefect state types (for list filters)
+TYPES_OF = {"queued": ["SCHEDULED"], "accepted": ["SCHEDULED"], "dispatched": ["PENDING"],
+            "running": ["RUNNING", "CANCELLING"], "succeeded": ["COMPLETED"],
+            "failed": ["FAILED", "CRASHED"], "canceled": ["CANCELLED"], "blocked": ["PAUSED"],
+            "retrying": ["AWAITINGRETRY"]}
+_WORKER_LINE = re.compile(r"Worker '(?P<name>[^']+)' submitting flow run")
+
+# Which experiments make sense for Prefect, and why not when they do not (the game day reports
+# the reason instead of skipping silently).
+NOT_APPLICABLE: dict[str, str] = {
+    "agent-connectivity-loss": (
+        "no leases/fencing tokens to test: a Prefect process worker holds no lease on a flow run "
+        "and reports carry no fencing token, so there is no stale report to refuse "
+        "(the experiment's stale_report_refused probe is control-plane specific)"),
+    "registry-failure": (
+        "no image pull: Prefect process workers run the flow in a local process from the "
+        "worker's own virtualenv, no registry is on the start path"),
+    "ineligible-fallback-region": (
+        "no region eligibility rules: a Prefect flow run is routed by work pool only, there is "
+        "no region/dataset constraint that could be violated by a fallback"),
+}
+APPLICABLE = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
+              "node-pool-exhausted", "node-interruption-checkpoint"}
+
+# What the game days found about Prefect 3 (stated in docs/adapters.md and the lead's report;
+# each names the evidence that shows it).
+FINDINGS = {
+    "idempotency-payload-ignored": (
+        "a repeated idempotency key returns the existing flow run (HTTP 200) even when the "
+        "parameters differ; our control plane answers 409 for a different payload"),
+}
+
+Recorder = Callable[[dict[str, Any]], None]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _route(path: str) -> str:
+    return "/api" + re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "{id}",
+                           path)
+
+
+class PrefectAdapter:
+    name = "prefect"
+    project = PROJECT
+
+    def __init__(self, api_url: str, deployments: dict[str, str], *,
+                 s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
+                 pools: dict[str, str] | None = None, timeout: float = 5.0,
+                 recorder: Recorder | None = None) -> None:
+        if not deployments:
+            raise PlatformError("no Prefect deployment known (env.json: endpoints."
+                                "prefect_deployments); was the environment brought up with "
+                                "platform 'prefect'?")
+        self.api_url = api_url.rstrip("/")
+        self.deployments = dict(deployments)  # capacity pool -> deployment id
+        self.pools = pools or {p: f"{p}-pool" for p in deployments}
+        self.s3_endpoint, self.bucket = s3_endpoint, bucket
+        self.recorder = recorder
+        self.http = httpx.Client(base_url=self.api_url, timeout=timeout)
+
+    @classmethod
+    def from_env(cls, endpoints: dict[str, Any], tokens: dict[str, Any]) -> PrefectAdapter:
+        if not endpoints.get("prefect_api"):
+            raise PlatformError("environment has no Prefect server (env.json: endpoints."
+                                "prefect_api); bring it up with `gameday env up --platform prefect`")
+        return cls(endpoints["prefect_api"], endpoints.get("prefect_deployments") or {},
+                   s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
+                   bucket=endpoints.get("bucket", "ml-artifacts"),
+                   pools=endpoints.get("prefect_pools"))
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, what: str, ok: tuple[int, ...] = (200, 201),
+              **kw: Any) -> httpx.Response:
+        sent = _now()
+        started = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        try:
+            r = self.http.request(method, path, **kw)
+            status = r.status_code
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
+            raise PlatformError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if self.recorder is not None:
+                self.recorder({"time": sent, "method": method, "route": _route(path),
+                               "status": status, "error": error,
+                               "latency_ms": round((time.monotonic() - started) * 1000, 2)})
+        if r.status_code not in ok:
+            raise PlatformError(f"{what}: HTTP {r.status_code}: {r.text[:300]}")
+        return r
+
+    # -- work ------------------------------------------------------------------------------
+    def pool_for(self, w: Workload) -> str:
+        pool = "gpu" if w.accelerators else "cpu"
+        if pool not in self.deployments:
+            raise PlatformError(f"no Prefect deployment for pool {pool!r} "
+                                f"(known: {sorted(self.deployments)})")
+        return pool
+
+    def submit(self, req: SubmitRequest) -> Ack:
+        w = req.workload
+        pool = self.pool_for(w)
+        body = {"parameters": {"steps": w.steps, "checkpoint_every": w.checkpoint_every,
+                               "seed": w.seed, "step_delay": w.step_delay},
+                "idempotency_key": req.idempotency_key,
+                "tags": ["gameday", f"queue:{w.queue}", f"pool:{pool}"]}
+        r = self._call("POST", f"/deployments/{self.deployments[pool]}/create_flow_run",
+                       "submit", json=body)
+        return Ack(r.json()["id"], req.idempotency_key, r.status_code, _now())
+
+    def _view(self, fr: dict[str, Any]) -> OperationView:
+        state = fr.get("state") or {}
+        typ, name = state.get("type", "SCHEDULED"), state.get("name") or ""
+        mapped = STATE_MAP.get(typ, "queued")
+        reason = state.get("message") or name or None
+        pending = None
+        if mapped == "queued":
+            pool = fr.get("work_pool_name") or "?"
+            pending = (f"late: no worker of work pool {pool} picked it up" if name == "Late"
+                       else f"waiting for a worker of work pool {pool}")
+            reason = pending
+        return OperationView(fr["id"], mapped, reason, pending)
+
+    def get(self, operation_id: str, *, timeline: bool = False) -> OperationView:
+        r = self._call("GET", f"/flow_runs/{operation_id}", f"get {operation_id}", ok=(200,))
+        fr = r.json()
+        view = self._view(fr)
+        if timeline or view.state == "succeeded":
+            history = self._states(operation_id)
+            logs = self._logs([operation_id]).get(operation_id, [])
+            view.attempts, view.events = _timeline(fr, history, logs)
+            view.result = _result(fr, view.events) if view.state == "succeeded" else None
+        return view
+
+    def list(self, state: str | None = None, limit: int = 100) -> list[OperationView]:
+        flt: dict[str, Any] = {"deployment_id": {"any_": list(self.deployments.values())}}
+        body: dict[str, Any] = {"flow_runs": {}, "deployments": {"id": flt["deployment_id"]},
+                                "limit": limit, "sort": "START_TIME_DESC"}
+        if state:
+            if state not in TYPES_OF:
+                raise PlatformError(f"list: unknown state {state!r}")
+            body["flow_runs"]["state"] = {"type": {"any_": TYPES_OF[state]}}
+        out: list[dict[str, Any]] = []
+        while len(out) < limit:  # Prefect caps a page at 200
+            page = min(200, limit - len(out))
+            r = self._call("POST", "/flow_runs/filter", "list", ok=(200,),
+                           json={**body, "limit": page, "offset": len(out)})
+            rows = r.json()
+            out += rows
+            if len(rows) < page:
+                break
+        return [self._view(fr) for fr in out]
+
+    def cancel(self, operation_id: str, reason: str = "") -> OperationView:
+        view = self.get(operation_id)
+        if view.terminal:
+            return view
+        # not yet picked up: nothing runs, cancel outright; else the worker kills the process
+        target = "CANCELLED" if view.state in ("queued", "blocked") else "CANCELLING"
+        self._call("POST", f"/flow_runs/{operation_id}/set_state", f"cancel {operation_id}",
+                   json={"state": {"type": target,
+                                   "message": reason or "canceled by the harness"}})
+        return self.get(operation_id)
+
+    def healthy(self) -> tuple[bool, str]:
+        try:
+            r = self.http.get("/ready", timeout=2.0)
+        except httpx.HTTPError as exc:
+            return False, f"Prefect API unreachable: {type(exc).__name__}"
+        if r.status_code != 200:
+            return False, f"/api/ready {r.status_code}: {r.text[:120]}"
+        return True, "/api/ready 200"
+
+    def results_location(self, operation_id: str) -> str:
+        return f"s3://{self.bucket}/artifacts/{operation_id}/"
+
+    def components(self) -> dict[str, str]:
+        return {"prefect-server": "Prefect API server + services (one process)",
+                "db": "PostgreSQL primary + synchronous standby (database 'prefect', via HAProxy)",
+                "workers": "Prefect process workers, one per work pool (capacity pools)",
+                "artifact-store": "S3 bucket (checkpoints/artifacts written by the flow)"}
+
+    def fault_targets(self) -> dict[str, str]:
+        targets = {"api-replica": "prefect-server"}
+        targets.update({f"pool:{p}": f"prefect-{p}" for p in self.deployments})
+        return targets
+
+    def applicability(self, experiment: str) -> str | None:
+        if experiment in NOT_APPLICABLE:
+            return NOT_APPLICABLE[experiment]
+        if experiment in APPLICABLE:
+            return None
+        return "not assessed for Prefect yet (add it to gameday/platforms/prefect.py)"
+
+    # -- raw records -----------------------------------------------------------------------
+    def _states(self, flow_run_id: str) -> list[dict[str, Any]]:
+        r = self._call("GET", "/flow_run_states/", f"states {flow_run_id}", ok=(200,),
+                       params={"flow_run_id": flow_run_id})
+        return sorted(r.json(), key=lambda s: s["timestamp"])
+
+    def _logs(self, flow_run_ids: list[str], page: int = 200) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {i: [] for i in flow_run_ids}
+        for chunk in range(0, len(flow_run_ids), 50):
+            ids = flow_run_ids[chunk:chunk + 50]
+            offset = 0
+            while True:
+                r = self._call("POST", "/logs/filter", "logs", ok=(200,),
+                               json={"logs": {"flow_run_id": {"any_": ids}}, "limit": page,
+                                     "offset": offset, "sort": "TIMESTAMP_ASC"})
+                rows = r.json()
+                for row in rows:
+                    out.setdefault(row.get("flow_run_id"), []).append(row)
+                if len(rows) < page:
+                    break
+                offset += page
+        return out
+
+    def _all_flow_runs(self, page: int = 200) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            r = self._call("POST", "/flow_runs/filter", "snapshot", ok=(200,),
+                           json={"deployments": {"id": {"any_": list(self.deployments.values())}},
+                                 "limit": page, "offset": offset, "sort": "START_TIME_DESC"})
+            rows = r.json()
+            runs += rows
+            if len(rows) < page:
+                return runs
+            offset += page
+
+    # -- evidence --------------------------------------------------------------------------
+    def snapshot(self, out_dir: Path) -> dict[str, int]:
+        """Write snapshot/{operations,attempts,events,objects}.jsonl (docs/EVIDENCE.md) from
+        Prefect's flow runs, their state history and their logs."""
+        out = out_dir / "snapshot"
+        out.mkdir(parents=True, exist_ok=True)
+        runs = sorted(self._all_flow_runs(), key=lambda f: f["created"])
+        logs = self._logs([f["id"] for f in runs])
+        ops, attempts, events = [], [], []
+        for fr in runs:
+            view = self._view(fr)
+            atts, evs = _timeline(fr, self._states(fr["id"]), logs.get(fr["id"], []))
+            params = fr.get("parameters") or {}
+            tags = fr.get("tags") or []
+            queue = next((t.split(":", 1)[1] for t in tags if t.startswith("queue:")),
+                         fr.get("work_queue_name") or "default")
+            ops.append({
+                "id": fr["id"], "project": PROJECT, "state": view.state,
+                "state_reason": view.state_reason, "pending_reason": view.pending_reason,
+                "idempotency_key": fr.get("idempotency_key"), "created_at": fr["created"],
+                "updated_at": fr.get("updated"), "queue": queue,
+                "workload": {"kind": "train", "params": params},
+                "attempt_count": len(atts), "name": fr.get("name"),
+                "work_pool": fr.get("work_pool_name"), "prefect_state": (fr.get("state") or {}).get("type"),
+                "result": _result(fr, evs) if view.state == "succeeded" else None})
+            attempts += atts
+            events += evs
+        for name, rows in (("operations", ops), ("attempts", attempts), ("events", events)):
+            _write_jsonl(out / f"{name}.jsonl", rows)
+        counts = {"operations": len(ops), "attempts": len(attempts), "events": len(events)}
+        counts["objects"] = write_objects(self.s3_endpoint, self.bucket, out / "objects.jsonl")
+        return counts
+
+
+# -- mapping Prefect records to the evidence format ------------------------------------------
+def _event(op: str, attempt: str | None, time_: str, kind: str, *, from_state: str | None = None,
+           to_state: str | None = None, reason: str | None = None, data: dict | None = None,
+           actor: str = "prefect") -> dict[str, Any]:
+    return {"operation_id": op, "attempt_id": attempt, "time": time_, "actor": actor,
+            "kind": kind, "from_state": from_state, "to_state": to_state, "reason": reason,
+            "data": data or {}}
+
+
+def _timeline(fr: dict[str, Any], history: list[dict[str, Any]],
+              logs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Attempts and events of one flow run from its state history and logs."""
+    op = fr["id"]
+    attempts: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    prev: str | None = None
+    if not history or STATE_MAP.get(history[0]["type"]) != "queued":
+        # the run was created in a state other than SCHEDULED: still record that it was accepted
+        events.append(_event(op, None, fr["created"], "state", to_state="queued",
+                             reason="flow run created"))
+        prev = "queued"
+    current: dict[str, Any] | None = None
+    for st in history:
+        typ, t = st["type"], st["timestamp"]
+        mapped = STATE_MAP.get(typ, "queued")
+        starts = (mapped == "dispatched" and (current is None or current["state"] not in
+                                              ("dispatched",))) or \
+                 (mapped == "running" and (current is None or current["state"] not in
+                                           ("dispatched", "running")))
+        if starts:
+            current = {"id": f"{op}-{len(attempts) + 1}", "operation_id": op,
+                       "number": len(attempts) + 1, "agent_name": None, "state": "dispatched",
+                       "created_at": t, "started_at": None, "finished_at": None, "error": None,
+                       "result": None}
+            attempts.append(current)
+        if current is not None:
+            if mapped == "running" and current["state"] == "dispatched":
+                current["state"], current["started_at"] = "running", t
+            elif typ in TERMINAL:
+                current["finished_at"] = t
+                current["state"] = {"COMPLETED": "succeeded", "FAILED": "failed",
+                                    "CRASHED": "lost", "CANCELLED": "canceled"}[typ]
+                if typ in ("FAILED", "CRASHED"):
+                    current["error"] = {"kind": typ.lower(), "message": st.get("message")}
+                current = None
+            elif mapped == "queued":  # rescheduled (e.g. retry/reschedule): attempt over
+                current["state"], current["finished_at"] = "lost", t
+                current = None
+        if mapped != prev:
+            events.append(_event(op, attempts[-1]["id"] if attempts and mapped != "queued"
+                                 else None, t, "state", from_state=prev, to_state=mapped,
+                                 reason=st.get("message") or st.get("name")))
+            prev = mapped
+    # the flow's own events and the worker's log line (who runs it)
+    for row in logs:
+        msg, t = row.get("message") or "", row["timestamp"]
+        attempt = _attempt_at(attempts, t)
+        m = _WORKER_LINE.search(msg)
+        if m and attempt is not None and not attempt["agent_name"]:
+            attempt["agent_name"] = m["name"]
+        if msg.startswith(EVENT_PREFIX):
+            try:
+                body = json.loads(msg[len(EVENT_PREFIX):])
+            except ValueError:
+                continue
+            data = dict(body.get("data") or {})
+            if body.get("kind") == "log" and data.get("agent_name") and attempt is not None:
+                attempt["agent_name"] = data["agent_name"]
+            events.append(_event(op, attempt["id"] if attempt else None, t,
+                                 str(body.get("kind", "log")), reason=body.get("message"),
+                                 data=data, actor="flow"))
+        else:
+            events.append(_event(op, attempt["id"] if attempt else None, t, "log",
+                                 reason=msg[:500], actor=row.get("name") or "prefect"))
+    for a in attempts:
+        a["agent_name"] = a["agent_name"] or "prefect-worker"
+    events.sort(key=lambda e: e["time"])
+    return attempts, events
+
+
+def _attempt_at(attempts: list[dict[str, Any]], t: str) -> dict[str, Any] | None:
+    found = None
+    for a in attempts:
+        if a["created_at"] <= t:
+            found = a
+    return found or (attempts[0] if attempts else None)
+
+
+def _result(fr: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+    art = [e for e in events if e["kind"] == "artifact_written"]
+    resumed = [e for e in events if e["kind"] == "resumed"]
+    res: dict[str, Any] = {"flow_run": fr.get("name"), "resumed_from_step":
+                           resumed[-1]["data"].get("from_step") if resumed else 0}
+    if art:
+        d = art[-1]["data"]
+        res.update(artifacts_prefix=d.get("prefix"), weights_sha256=d.get("weights_sha256"),
+                   files=d.get("files"))
+    res["torn_checkpoints_skipped"] = len([e for e in events
+                                           if e["kind"] == "checkpoint_skipped_torn"])
+    return res

@@ -1,0 +1,91 @@
+"""`gameday run --platform prefect --suite ci` for real: Prefect 3 server + process workers beside
+the shared local components, the applicable experiments under load, evidence in the generic
+format, the verdict computed by the same evaluator. The verdict itself may fail (findings about
+Prefect are findings); what must hold is a complete run directory, an evaluator exit code of
+0/1/2 (never 3, evidence unusable), not-applicable experiments reported with their reason, and a
+report that names the platform."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.local import prefect as pf
+from infra.local import procs
+
+pytestmark = pytest.mark.slow
+
+EVIDENCE = ["run.json", "ledger.jsonl", "requests.jsonl", "load_stats.json", "faults.jsonl",
+            "snapshot/operations.jsonl", "snapshot/attempts.jsonl", "snapshot/events.jsonl",
+            "snapshot/objects.jsonl", "prometheus/alerts.json"]
+OUTPUTS = ["verdict.json", "junit.xml", "report.md", "report.html"]
+
+
+def gameday(*args: str, home: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GAMEDAY_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "gameday.cli", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def home() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="gameday-prefect-"))
+    path.chmod(0o755)  # the postgres OS user must enter the state directory
+    yield path  # type: ignore[misc]
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_prefect_ci_game_day(home: Path, tmp_path: Path) -> None:
+    if pf.missing():
+        if os.environ.get("CI"):
+            pytest.fail(pf.missing())
+        pytest.skip(pf.missing())
+    runs = tmp_path / "runs"
+    try:
+        r = gameday("run", "--platform", "prefect", "--suite", "ci", "--runs-dir", str(runs),
+                    "--down-after", home=home)
+    finally:
+        gameday("env", "down", home=home, timeout=120)
+    state = home / ".gameday" / "envs" / "local"
+    deadline = time.monotonic() + 10
+    while procs.marked_processes(state) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs.marked_processes(state) == []
+    out = r.stdout[-6000:] + r.stderr[-3000:]
+    assert r.returncode in (0, 1, 2), out  # 3 = evidence unusable, 4 = refused
+    (run_dir,) = list(runs.iterdir())
+    for name in EVIDENCE + OUTPUTS:
+        assert (run_dir / name).exists(), name
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["platform"] == "prefect"
+    # not applicable experiments are reported with the reason, not silently skipped
+    assert "agent-connectivity-loss" in info["not_applicable"]
+    assert "fencing" in info["not_applicable"]["agent-connectivity-loss"]
+    applicable = sorted(n for n in info["experiments"] if n not in info["not_applicable"])
+    assert applicable == ["api-replica-loss", "db-primary-loss"]
+    assert not (run_dir / "experiments" / "agent-connectivity-loss" / "journal.json").exists()
+    for name in applicable:
+        journal = json.loads((run_dir / "experiments" / name / "journal.json").read_text())
+        assert all(x["status"] == "succeeded" for x in journal["rollbacks"]), name
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["exit_code"] in (0, 1, 2) and verdict["exit_code"] == r.returncode
+    assert verdict["platform"] == "prefect"
+    assert "platform `prefect`" in (run_dir / "report.md").read_text()
+    # the same SLIs were computed from Prefect's evidence
+    ids = {c["id"] for c in verdict["checks"]}
+    assert {"sli.submission-durability", "sli.api-availability"} <= ids
+    ops = (run_dir / "snapshot" / "operations.jsonl").read_text().splitlines()
+    assert ops and all(json.loads(x)["project"] == "prefect" for x in ops)
+    ledger = (run_dir / "ledger.jsonl").read_text().splitlines()
+    assert len(ledger) >= 5
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines()]
+    started = {(f["fault"], f["target"]) for f in faults if f["event"] == "fault_start"}
+    assert ("kill", "prefect-server") in started
