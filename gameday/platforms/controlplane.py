@@ -195,19 +195,27 @@ def write_objects(s3_endpoint: str | None, bucket: str, path: Path) -> int:
     from controlplane.storage import StorageConfig, make_s3_client
 
     s3 = make_s3_client(StorageConfig(s3_endpoint, bucket=bucket, read_timeout=10))
-    rows = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        for obj in page.get("Contents", []):
-            body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-            row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
-                                   "etag": obj.get("ETag", "").strip('"'),
-                                   "sha256": hashlib.sha256(body).hexdigest(), "content": None}
-            if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
-                try:
-                    row["content"] = json.loads(body)
-                except ValueError:
-                    row["content"] = None  # a torn manifest is evidence too
-            rows.append(row)
+    listing = [obj for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+               for obj in page.get("Contents", [])]
+
+    def row_of(obj: dict[str, Any]) -> dict[str, Any]:
+        body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+        row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
+                               "etag": obj.get("ETag", "").strip('"'),
+                               "sha256": hashlib.sha256(body).hexdigest(), "content": None}
+        if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
+            try:
+                row["content"] = json.loads(body)
+            except ValueError:
+                row["content"] = None  # a torn manifest is evidence too
+        return row
+
+    # every object is read to verify manifest checksums: thousands after a core suite, so fetch
+    # in parallel (boto3 clients are thread-safe)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        rows = list(pool.map(row_of, listing))
     _write_jsonl(path, rows)
     return len(rows)
 
