@@ -36,6 +36,7 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._fleet: tuple | None = None  # last fleet seen by routing; None = re-check blocked
+        self._blocked_cursor: scheduling.Cursor | None = None  # blocked sweep in progress
         self._last_full = 0.0
         self._last_timed = 0.0
 
@@ -97,9 +98,11 @@ class Reconciler:
             await scheduling.enforce_timeouts(conn)
         if now - self._last_full > self.s.blocked_recheck_seconds:
             self._fleet, self._last_full = None, now  # periodic safety net for blocked work
-        st, self._fleet = await scheduling.schedule(
+        st, self._fleet, self._blocked_cursor = await scheduling.schedule(
             conn, alive_seconds=self.s.agent_timeout, lease_seconds=self.s.lease_seconds,
-            last_fleet=self._fleet)
+            last_fleet=self._fleet, blocked_after=self._blocked_cursor)
+        if self._blocked_cursor is not None:
+            self._wake.set()  # a blocked sweep is half done: continue without waiting
         metrics.RECONCILER_PASSES.labels("schedule").inc()
         metrics.DISPATCHES.inc(len(st.dispatched))
         for waited in st.dispatched:

@@ -85,20 +85,31 @@ def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, b
     return tuple(sorted((d.name, d.alive, d.breaker_open) for d in dests.values()))
 
 
+Cursor = tuple[Any, Any]  # (created_at, id) of the last blocked operation a sweep looked at
+
+
 async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds: float,
                    batch: int = 500, last_fleet: tuple | None = None,
-                   ) -> tuple[PassStats, tuple]:
-    """Route accepted and queued work. Blocked work is looked at again only when the fleet
-    changed (agents came, went, or had their breaker flipped) or ``last_fleet`` is None:
-    re-routing thousands of blocked operations on every submission would starve the rest."""
+                   blocked_after: Cursor | None = None,
+                   ) -> tuple[PassStats, tuple, Cursor | None]:
+    """Route accepted and queued work first, in priority order. Blocked work is swept again
+    (in batches, oldest first, resuming at ``blocked_after``) only while the fleet changed
+    since ``last_fleet`` (agents came or went, a breaker flipped): re-routing thousands of
+    blocked operations on every pass would starve new work.
+
+    Returns the stats, the fleet seen, and where the blocked sweep should resume (None when
+    it is complete)."""
     stats = PassStats()
     async with conn.transaction():
         cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEDULER_LOCK,))
         if not (await cur.fetchone())[0]:  # type: ignore[index]
-            return stats, last_fleet or ()  # the other reconciler is routing right now
+            return stats, last_fleet or (), blocked_after  # the other reconciler is routing
         dests = await destinations(conn, alive_seconds)
         fleet = fleet_fingerprint(dests)
-        states = ["accepted", "queued"] + (["blocked"] if fleet != last_fleet else [])
+        if fleet != last_fleet:
+            sweep, after = True, None  # eligibility may have changed for every blocked op
+        else:
+            sweep, after = blocked_after is not None, blocked_after
         async with conn.cursor(row_factory=dict_row) as c:
             await c.execute("SELECT name, concurrency FROM queues")
             limits = {r["name"]: r["concurrency"] for r in await c.fetchall()}
@@ -108,14 +119,26 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             await c.execute(
                 """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
-                   WHERE o.state = ANY(%s)
+                   WHERE o.state IN ('accepted', 'queued')
                    ORDER BY q.priority DESC, o.priority DESC, o.created_at
-                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (states, batch))
+                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
             ops = await c.fetchall()
-        for op in ops:
+            blocked: list[dict[str, Any]] = []
+            if sweep:
+                await c.execute(
+                    """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
+                       FROM operations o
+                       WHERE o.state = 'blocked'
+                         AND (%(ts)s::timestamptz IS NULL OR (o.created_at, o.id) > (%(ts)s, %(id)s))
+                       ORDER BY o.created_at, o.id
+                       LIMIT %(n)s FOR UPDATE OF o SKIP LOCKED""",
+                    {"ts": after[0] if after else None, "id": after[1] if after else None,
+                     "n": batch})
+                blocked = await c.fetchall()
+        for op in [*ops, *blocked]:
             await _place(conn, op, dests, limits, active, stats, lease_seconds)
-    # a full batch of blocked work may hide more: look again next pass
-    return stats, (None if len(ops) >= batch else fleet)  # type: ignore[return-value]
+    resume = (blocked[-1]["created_at"], blocked[-1]["id"]) if len(blocked) >= batch else None
+    return stats, fleet, resume
 
 
 async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Destination],
