@@ -85,7 +85,9 @@ def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, b
     return tuple(sorted((d.name, d.alive, d.breaker_open) for d in dests.values()))
 
 
-Cursor = tuple[Any, Any]  # (created_at, id) of the last blocked operation a sweep looked at
+# position of the last blocked operation a sweep looked at, in routing order:
+# (-queue priority, -operation priority, created_at, id)
+Cursor = tuple[Any, Any, Any, Any]
 
 
 async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds: float,
@@ -125,19 +127,25 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             ops = await c.fetchall()
             blocked: list[dict[str, Any]] = []
             if sweep:
+                # same order as routing (priorities first), resumable at the cursor
                 await c.execute(
-                    """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
-                       FROM operations o
+                    """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited,
+                              -q.priority AS nq, -o.priority AS no
+                       FROM operations o JOIN queues q ON q.name = o.queue
                        WHERE o.state = 'blocked'
-                         AND (%(ts)s::timestamptz IS NULL OR (o.created_at, o.id) > (%(ts)s, %(id)s))
-                       ORDER BY o.created_at, o.id
+                         AND (%(started)s::boolean IS NOT TRUE
+                              OR (-q.priority, -o.priority, o.created_at, o.id)
+                                 > (%(nq)s::int, %(no)s::int, %(ts)s::timestamptz, %(id)s::uuid))
+                       ORDER BY -q.priority, -o.priority, o.created_at, o.id
                        LIMIT %(n)s FOR UPDATE OF o SKIP LOCKED""",
-                    {"ts": after[0] if after else None, "id": after[1] if after else None,
-                     "n": batch})
+                    {"started": after is not None, "nq": after[0] if after else None,
+                     "no": after[1] if after else None, "ts": after[2] if after else None,
+                     "id": after[3] if after else None, "n": batch})
                 blocked = await c.fetchall()
         for op in [*ops, *blocked]:
             await _place(conn, op, dests, limits, active, stats, lease_seconds)
-    resume = (blocked[-1]["created_at"], blocked[-1]["id"]) if len(blocked) >= batch else None
+    last = blocked[-1] if len(blocked) >= batch else None
+    resume = (last["nq"], last["no"], last["created_at"], last["id"]) if last else None
     return stats, fleet, resume
 
 
