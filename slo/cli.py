@@ -199,3 +199,24 @@ def fixture_cmd(run_dir: Path, seed: int, lost_acks: int) -> None:
         run_dir, FixtureSpec(seed=seed, lost_acks=lost_acks, experiments=example_experiments())
     )
     click.echo(f"wrote {run_dir}; try: gameday evaluate {run_dir}")
+
+
+@slo_group.command("compare")
+@click.argument("run_dirs", nargs=-1, required=True,
+                type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the comparison here (.html or .md); default: print Markdown.")
+def compare_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+    """Compare evaluated runs side by side (e.g. one suite against two platforms)."""
+    from slo.compare import CompareError, load_verdicts, render_html, render_markdown
+
+    try:
+        verdicts = load_verdicts(list(run_dirs))
+    except CompareError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if output is None:
+        click.echo(render_markdown(verdicts))
+        return
+    output.write_text(render_html(verdicts) if output.suffix == ".html"
+                      else render_markdown(verdicts))
+    click.echo(f"wrote {output}")

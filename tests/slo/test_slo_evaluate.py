@@ -277,3 +277,31 @@ def test_not_applicable_experiments_are_reported_not_silently_skipped(make_run) 
     assert 'name="registry-failure.experiment"' in junit and "not applicable" in junit
     assert "registry-failure: no image pull: process workers" in paths["report.md"].read_text()
     assert "no image pull: process workers" in paths["report.html"].read_text()
+
+
+def test_side_by_side_comparison_of_two_runs(make_run) -> None:
+    from slo.compare import comparison_rows, load_verdicts
+    from slo.report import write_reports
+
+    good = make_run(ExperimentFixture("api-replica-loss"))
+    bad = make_run(ExperimentFixture("api-replica-loss", lost_acks=3))
+    for run, platform in ((good, "controlplane"), (bad, "prefect")):
+        info = json.loads((run.path / "run.json").read_text())
+        info["platform"] = platform
+        if platform == "prefect":
+            info["not_applicable"] = {"registry-failure": "no image pull"}
+        (run.path / "run.json").write_text(json.dumps(info))
+        write_reports(evaluate_run(run.path), run.path)
+    rows = dict(comparison_rows(load_verdicts([good.path, bad.path])))
+    assert rows["experiment api-replica-loss"][0].endswith("0 acks lost")
+    assert rows["experiment api-replica-loss"][1].endswith("3 acks lost")
+    assert rows["experiment registry-failure"] == ["not run", "not applicable: no image pull"]
+    assert rows["gate"][0].startswith("pass") and rows["gate"][1].startswith("fail")
+    out = CliRunner().invoke(main_cli(), ["slo", "compare", str(good.path), str(bad.path)])
+    assert out.exit_code == 0 and "| SLI submission-durability |" in out.output
+
+
+def main_cli():
+    from gameday.cli import main
+
+    return main

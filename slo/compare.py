@@ -1,0 +1,92 @@
+"""Side by side: the verdicts of several game-day runs (e.g. the same suite against two
+platforms), one row per SLI and per experiment. Reads only each run's verdict.json."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from slo.report import _pct, _secs, experiment_status
+from slo.verdict import Verdict
+
+
+class CompareError(Exception):
+    pass
+
+
+def load_verdicts(run_dirs: list[Path]) -> list[Verdict]:
+    out = []
+    for d in run_dirs:
+        path = d / "verdict.json"
+        if not path.exists():
+            raise CompareError(f"{path}: missing (run `gameday evaluate {d}` first)")
+        out.append(Verdict.model_validate_json(path.read_text()))
+    return out
+
+
+def _label(v: Verdict) -> str:
+    return f"{v.platform} ({v.run_id})"
+
+
+def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
+    """(row name, one cell per run): SLIs, then experiments, then the gate (pure)."""
+    rows: list[tuple[str, list[str]]] = []
+    sli_names = list(dict.fromkeys(s.name for v in verdicts for s in v.slis))
+    for name in sli_names:
+        cells = []
+        for v in verdicts:
+            s = next((x for x in v.slis if x.name == name), None)
+            if s is None or s.value is None:
+                cells.append("no data")
+            else:
+                met = "met" if s.objective_met else "missed"
+                cells.append(f"{_pct(s.value)} ({met}, target {_pct(s.target)})")
+        rows.append((f"SLI {name}", cells))
+    exp_names = list(dict.fromkeys(
+        [e.name for v in verdicts for e in v.experiments]
+        + [n for v in verdicts for n in v.not_applicable]))
+    for name in exp_names:
+        cells = []
+        for v in verdicts:
+            e = next((x for x in v.experiments if x.name == name), None)
+            if e is not None:
+                cells.append(f"{experiment_status(v, name)}: recovery {_secs(e.recovery_seconds)}"
+                             f" / RTO {_secs(e.rto_seconds)}, {e.failed_requests} failed requests,"
+                             f" {e.acknowledged_lost} acks lost")
+            elif name in v.not_applicable:
+                cells.append(f"not applicable: {v.not_applicable[name]}")
+            else:
+                cells.append("not run")
+        rows.append((f"experiment {name}", cells))
+    rows.append(("gate", [f"{v.result} (score {v.score:.1f}, exit {v.exit_code})"
+                          if v.score is not None else f"{v.result} (exit {v.exit_code})"
+                          for v in verdicts]))
+    return rows
+
+
+def render_markdown(verdicts: list[Verdict]) -> str:
+    heads = [_label(v) for v in verdicts]
+    lines = ["# Game days side by side", "",
+             "| | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for name, cells in comparison_rows(verdicts):
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Findings", ""]
+    for v in verdicts:
+        lines += [f"### {_label(v)}", ""] + ([f"- {f}" for f in v.findings] or ["- none"]) + [""]
+    return "\n".join(lines)
+
+
+def render_html(verdicts: list[Verdict]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(_label(v))}</th>" for v in verdicts)
+    body = "".join(
+        f"<tr><th>{e(name)}</th>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>"
+        for name, cells in comparison_rows(verdicts))
+    findings = "".join(
+        f"<h3>{e(_label(v))}</h3><ul>" + "".join(f"<li>{e(f)}</li>" for f in v.findings)
+        + "</ul>" for v in verdicts)
+    return ("<!doctype html><meta charset=utf-8><title>Game days side by side</title><style>"
+            "body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
+            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}"
+            "</style><h1>Game days side by side</h1>"
+            f"<table><tr><th></th>{head}</tr>{body}</table><h2>Findings</h2>{findings}")
