@@ -178,8 +178,6 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
                        json_out: Path | None) -> None:
     """Durable submissions/s and latency (1 and 2 replicas), p99 at 200/s, claim throughput,
     queue->dispatched latency, API replica RSS."""
-    import httpx
-    import psycopg
 
     from controlplane.db import migrate
     from controlplane.launch import ControlPlane
