@@ -212,10 +212,8 @@ def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every
         key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
         ack = _submit_with_retry(ctx, SubmitRequest(w, key), deadline=time.monotonic() + timeout)
         ids.append(ack.operation_id)
-        acks.append({"operation_id": ack.operation_id, "idempotency_key": key,
-                     "acked_at": ack.acked_at, "project": getattr(ctx.platform, "project", ""),
-                     "status": ack.status, "source": f"experiment:{ctx.experiment}"})
-    ctx.ledger(acks)
+        acks.append(ack)
+    ctx.ledger(acks, f"experiment:{ctx.experiment}")
     ctx.remember(tag, ids)
     if wait_for:
         _wait(ctx, ids, {wait_for}, timeout)

@@ -84,11 +84,16 @@ class Context:
             raise ChaosError(f"no operations were submitted under tag {tag!r} in this experiment")
         return ids
 
-    def ledger(self, entries: list[dict[str, Any]]) -> None:
-        """Acknowledged submissions made by experiments count for durability like the load's."""
+    def ledger(self, acks: list[Any], source: str) -> None:
+        """Acknowledged submissions made by experiments count for durability like the load's:
+        one client-ledger line per ack (docs/EVIDENCE.md), tagged with who submitted it."""
+        project = getattr(self.platform, "project", "")
         path = self.run_dir / "ledger-experiments.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
-            for e in entries:
-                f.write(json.dumps(e) + "\n")
+            for ack in acks:
+                f.write(json.dumps({"operation_id": ack.operation_id,
+                                    "idempotency_key": ack.idempotency_key,
+                                    "acked_at": ack.acked_at, "project": project,
+                                    "status": ack.status, "source": source}) + "\n")

@@ -43,9 +43,7 @@ def submission_acknowledged(timeout: float = 10.0, configuration: Configuration 
         except PlatformError:
             time.sleep(0.2)
             continue
-        ctx.ledger([{"operation_id": ack.operation_id, "idempotency_key": key,
-                     "acked_at": ack.acked_at, "project": getattr(ctx.platform, "project", ""),
-                     "status": ack.status, "source": f"probe:{ctx.experiment}"}])
+        ctx.ledger([ack], f"probe:{ctx.experiment}")
         return True
     return False
 
