@@ -111,8 +111,12 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
 @group.command()
 @dsn_option
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
-@click.option("--metrics-port", default=0, type=int, help="Serve /metrics here (0 = off).")
+@click.option("--metrics-port", default=0, type=int,
+              help="Serve /metrics, /healthz and /readyz here (0 = off).")
 @click.option("--interval", default=0.5, show_default=True, type=float)
+@click.option("--stall-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="/healthz fails when the loop has not iterated this long, and /readyz when "
+                   "no database round trip succeeded this long [default: max(10, 20 x interval)].")
 @click.option("--agent-timeout", default=15.0, show_default=True, type=float,
               help="Seconds without heartbeat after which an agent gets no new work.")
 @click.option("--lease-seconds", default=15.0, show_default=True, type=float,
@@ -121,17 +125,19 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
 @click.option("--progress-stale-seconds", default=60.0, show_default=True, type=float)
 @click.option("--log-level", default="INFO", show_default=True)
 def reconciler(dsn: str | None, metrics_host: str, metrics_port: int, interval: float,
-               agent_timeout: float, lease_seconds: float, retry_base: float,
-               progress_stale_seconds: float, log_level: str) -> None:
+               stall_seconds: float | None, agent_timeout: float, lease_seconds: float,
+               retry_base: float, progress_stale_seconds: float, log_level: str) -> None:
     """Run the reconciler (routing, lease expiry, retries, timeouts)."""
-    from prometheus_client import start_http_server
-
-    from controlplane import logs
+    from controlplane import health, logs
     from controlplane.reconciler import ReconcilerSettings, run
 
     logs.setup(log_level)
+    settings = ReconcilerSettings(dsn=resolve_dsn(dsn), interval=interval,
+                                  agent_timeout=agent_timeout, lease_seconds=lease_seconds,
+                                  retry_base=retry_base,
+                                  progress_stale_seconds=progress_stale_seconds,
+                                  stall_seconds=stall_seconds)
+    state = health.ReconcilerHealth(settings.stall_bound)
     if metrics_port:
-        start_http_server(metrics_port, addr=metrics_host)
-    run(ReconcilerSettings(dsn=resolve_dsn(dsn), interval=interval, agent_timeout=agent_timeout,
-                           lease_seconds=lease_seconds, retry_base=retry_base,
-                           progress_stale_seconds=progress_stale_seconds))
+        health.serve(state, metrics_host, metrics_port)
+    run(settings, state)

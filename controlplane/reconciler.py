@@ -1,5 +1,8 @@
 """The reconciler process: routes waiting work, expires leases, wakes retries, enforces
-timeouts, and exports the gauges. Two replicas may run at once (see store/scheduling.py)."""
+timeouts, and exports the gauges. Two replicas may run at once (see store/scheduling.py).
+
+Every loop iteration and database round trip is recorded in ``Reconciler.health``, which
+controlplane/health.py serves as /healthz (loop alive) and /readyz (database reachable)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from controlplane import metrics
+from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import scheduling
 from controlplane.store.operations import NOTIFY_CHANNEL
 
@@ -28,11 +32,18 @@ class ReconcilerSettings:
     gauge_interval: float = 2.0
     blocked_recheck_seconds: float = 10.0
     debounce: float = 0.02
+    stall_seconds: float | None = None  # /healthz bound; None = default_stall_seconds(interval)
+
+    @property
+    def stall_bound(self) -> float:
+        return self.stall_seconds if self.stall_seconds else default_stall_seconds(self.interval)
 
 
 class Reconciler:
-    def __init__(self, settings: ReconcilerSettings) -> None:
+    def __init__(self, settings: ReconcilerSettings,
+                 health: ReconcilerHealth | None = None) -> None:
         self.s = settings
+        self.health = health or ReconcilerHealth(settings.stall_bound)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._fleet: tuple | None = None  # last fleet seen by routing; None = re-check blocked
@@ -60,7 +71,9 @@ class Reconciler:
                     if loop.time() - last_gauges >= self.s.gauge_interval:
                         await self.export_gauges(conn)
                         last_gauges = loop.time()
+                    self.health.db_succeeded()
                 except psycopg.Error as exc:
+                    self.health.db_failed(f"{type(exc).__name__}: {exc}".strip())
                     metrics.DISPATCH_FAILURES.labels(type(exc).__name__).inc()
                     log.warning("reconciler pass failed; reconnecting",
                                 extra={"action": "pass_failed", "error": str(exc)})
@@ -75,6 +88,7 @@ class Reconciler:
                 except TimeoutError:
                     pass
                 self._wake.clear()
+                self.health.beat()
         finally:
             listener.cancel()
             if conn is not None:
@@ -141,9 +155,9 @@ class Reconciler:
                 await asyncio.sleep(1.0)
 
 
-def run(settings: ReconcilerSettings) -> None:
+def run(settings: ReconcilerSettings, health: ReconcilerHealth | None = None) -> None:
     async def main() -> None:
-        r = Reconciler(settings)
+        r = Reconciler(settings, health)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, r.stop)

@@ -103,8 +103,12 @@ class ControlPlane(pulumi.ComponentResource):
                   "ports": [{"name": "http", "port": API_PORT, "targetPort": API_PORT}]},
             opts=self._cp_opts,
         )
+        # The reconciler serves /healthz (loop alive), /readyz (database reachable) and
+        # /metrics on METRICS_PORT (controlplane/health.py); it must listen on the pod IP,
+        # not the CLI's loopback default, for the kubelet probes and the scrape to reach it.
         self._deployment("reconciler", cfg.reconciler.replicas,
-                         ["controlplane", "reconciler", "--metrics-port", str(METRICS_PORT)],
+                         ["controlplane", "reconciler", "--metrics-host", "0.0.0.0",
+                          "--metrics-port", str(METRICS_PORT)],
                          METRICS_PORT, cfg.reconciler.resources.model_dump(), depends_on=deps,
                          spread_required=False)
         if cfg.reconciler.replicas > 1:

@@ -106,6 +106,13 @@ def test_control_plane_deployments(runs: dict[str, Run]) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     zone = pod["topologySpreadConstraints"][0]
     assert (zone["topologyKey"], zone["whenUnsatisfiable"]) == ("topology.kubernetes.io/zone", "DoNotSchedule")
+    # The reconciler's probes hit its own health server (controlplane/health.py), on the pod IP.
+    rec = deps["controlplane-reconciler"]["spec"]["template"]["spec"]["containers"][0]
+    port = rec["ports"][0]["containerPort"]  # a float once through the mocks
+    assert float(rec["args"][rec["args"].index("--metrics-port") + 1]) == port
+    assert rec["args"][rec["args"].index("--metrics-host") + 1] == "0.0.0.0"
+    assert rec["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    assert rec["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
     gpu_agent = deps["controlplane-agent-gpu"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert gpu_agent[gpu_agent.index("--runtime") + 1] == "kubernetes"
     assert gpu_agent[gpu_agent.index("--pool") + 1] == "gpu"
