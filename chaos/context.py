@@ -96,4 +96,5 @@ class Context:
                 f.write(json.dumps({"operation_id": ack.operation_id,
                                     "idempotency_key": ack.idempotency_key,
                                     "acked_at": ack.acked_at, "project": project,
-                                    "status": ack.status, "source": source}) + "\n")
+                                    "status": ack.status, "source": source,
+                                    "request": getattr(ack, "request", None)}) + "\n")

@@ -11,20 +11,20 @@ import yaml
 EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments"
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
-# core: every failure class of DESIGN.md. full: core (room for slower rehearsals).
+# core: every failure class of DESIGN.md. full: core + the slower rehearsals (restore from backup).
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
     "core": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss",
              "artifact-store-unavailable", "node-pool-exhausted", "registry-failure",
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
-SUITES["full"] = SUITES["core"]
+SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
 
 FAULT_FUNCS = {
     "kill", "hang", "stop", "crash_database_primary", "fail_over_database",
     "make_artifact_store_unreachable", "make_registry_unreachable", "withdraw_pool",
     "partition_agent", "partition_agent_running", "kill_agent_during_checkpoint",
-    "stop_agents_in_region",
+    "stop_agents_in_region", "lose_database", "restore_database_from_backup",
 }
 
 

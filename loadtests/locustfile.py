@@ -169,7 +169,8 @@ class Submitter(_ApiUser):
                         else:
                             _writers().ledger.write({
                                 "operation_id": op_id, "idempotency_key": key,
-                                "acked_at": utc_iso(), "project": project, "status": last})
+                                "acked_at": utc_iso(), "project": project, "status": last,
+                                "request": body})  # kept to replay it after a DB restore
                             KNOWN_OPS.append(op_id)
                             outcome = SubmitOutcome.ACKED
                             break

@@ -356,17 +356,18 @@ def _runbook_id(value: str) -> str:
 def experiment_runbook_refs(directory: Path | str) -> dict[str, set[str]]:
     """Runbook id -> experiment files referencing it.
 
-    An experiment ``chaos/experiments/<id>.yaml`` references the failure-class runbook ``<id>``
-    by its name; any ``runbook:`` key inside it (at any depth) adds that runbook as well."""
+    The ``runbook:`` keys inside an experiment (at any depth) name its runbooks; one without
+    any references the failure-class runbook ``<id>`` of its file name ``<id>.yaml``. (A second
+    rehearsal of a class, e.g. ``db-restore-from-backup``, names its class's runbook.)"""
     refs: dict[str, set[str]] = {}
     for path in sorted(Path(directory).glob("*.y*ml")):
-        refs.setdefault(path.stem, set()).add(path.name)
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
-            continue  # the experiment loader reports broken experiments; here only names count
-        for value in _find_runbook_values(doc):
-            refs.setdefault(_runbook_id(value), set()).add(path.name)
+            doc = None  # the experiment loader reports broken experiments; here only names count
+        named = [_runbook_id(v) for v in _find_runbook_values(doc)] if doc is not None else []
+        for rid in named or [path.stem]:
+            refs.setdefault(rid, set()).add(path.name)
     return refs
 
 

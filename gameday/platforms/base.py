@@ -46,6 +46,7 @@ class Ack:
     idempotency_key: str
     status: int  # 201 created, 200 duplicate (same operation)
     acked_at: str
+    request: dict[str, Any] | None = None  # the body sent: a client can replay it after a restore
 
 
 @dataclass

@@ -73,14 +73,15 @@ class ControlPlaneAdapter:
         }
 
     def submit(self, req: SubmitRequest) -> Ack:
+        body = self.spec(req.workload)
         try:
-            r = self.http.post("/v1/operations", json=self.spec(req.workload),
+            r = self.http.post("/v1/operations", json=body,
                                headers={"Idempotency-Key": req.idempotency_key})
         except httpx.HTTPError as exc:
             raise PlatformError(f"submit: {type(exc).__name__}: {exc}") from exc
         if r.status_code not in (200, 201):
             raise PlatformError(f"submit: HTTP {r.status_code}: {r.text[:300]}")
-        return Ack(r.json()["id"], req.idempotency_key, r.status_code, _now())
+        return Ack(r.json()["id"], req.idempotency_key, r.status_code, _now(), request=body)
 
     def get(self, operation_id: str, *, timeline: bool = False) -> OperationView:
         try:

@@ -67,6 +67,10 @@ NOT_APPLICABLE: dict[str, str] = {
     "ineligible-fallback-region": (
         "no region eligibility rules: a Prefect flow run is routed by work pool only, there is "
         "no region/dataset constraint that could be violated by a fallback"),
+    "db-restore-from-backup": (
+        "the restore order (infra/local/backup.py) stops and restarts the reference control "
+        "plane's API, reconciler and agents and reconciles its operations table; Prefect's "
+        "server, workers and flow-run tables would need their own restore order"),
 }
 APPLICABLE = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
               "node-pool-exhausted", "node-interruption-checkpoint"}

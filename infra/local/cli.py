@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -62,13 +63,18 @@ def _components_table(status: dict[str, Any]) -> Table:
     return table
 
 
+def _redact(url: str) -> str:
+    """Terminals get logged and shared: hide DSN passwords (`env status --json` has them)."""
+    return re.sub(r"(//[^:/@]+:)[^@]+@", r"\1***@", url)
+
+
 def _print_summary(status: dict[str, Any]) -> None:
     out = Console(width=max(Console().width, 110))
     out.print(_components_table(status))
     endpoints = status.get("endpoints", {})
     for key in ("api", "dsn", "s3", "registry", "image", "prometheus", "haproxy_stats", "fault_timeline"):
         if key in endpoints:
-            out.print(f"  [bold]{key:15}[/] {endpoints[key]}")
+            out.print(f"  [bold]{key:15}[/] {_redact(str(endpoints[key]))}")
     out.print(f"  [bold]{'processes':15}[/] {status['processes']} (RSS {status['rss_mib']} MiB, "
               f"PSS {status['pss_mib']} MiB)")
     cp = status.get("controlplane", {})
@@ -143,6 +149,60 @@ def status_cmd(name: str, home: Path | None, as_json: bool) -> None:
     else:
         _print_summary(status)
     if not status["healthy"]:
+        sys.exit(1)
+
+
+@env_group.command("backup")
+@name_option
+@home_option
+@click.option("--list", "list_only", is_flag=True, help="List the backups instead of taking one.")
+def backup_cmd(name: str, home: Path | None, list_only: bool) -> None:
+    """Take a base backup of the control-plane database (pg_basebackup from the leader)."""
+    from infra.local.backup import DatabaseBackups
+
+    with domain_errors():
+        backups = DatabaseBackups(_load(name, home))
+        if list_only:
+            click.echo(json.dumps(backups.list(), indent=2))
+            return
+        with console.status("pg_basebackup ..."):
+            meta = backups.take()
+    console.print(f"backup [bold]{meta['id']}[/] in {meta['seconds']} s, {meta['bytes']} bytes; "
+                  f"restore point {meta['restore_point']}")
+    click.echo(json.dumps(meta))
+
+
+@env_group.command("restore-db")
+@name_option
+@home_option
+@click.argument("backup", default="latest")
+@click.option("--ledger", "ledgers", multiple=True, type=click.Path(dir_okay=False,
+              path_type=Path), help="Client ack ledger (JSONL, docs/EVIDENCE.md) whose lost "
+              "acknowledged submissions are replayed; repeatable.")
+@click.option("--keep-closed", is_flag=True, help="Stop after reconciliation, intake still closed.")
+def restore_db_cmd(name: str, home: Path | None, backup: str, ledgers: tuple[Path, ...],
+                   keep_closed: bool) -> None:
+    """Restore the database from BACKUP (default: latest) in the runbook's order: stop intake
+    and writers, restore, migrate, advance fencing, reconcile with object storage and the
+    ledgers, re-open, replay lost acknowledged submissions. Data after the restore point is
+    lost unless a ledger holds it. Prints the report as JSON."""
+    from infra.local.backup import DatabaseBackups
+
+    missing = [str(p) for p in ledgers if not p.is_file()]
+    if missing:  # checked before anything is stopped
+        raise click.BadParameter(f"no such ledger file: {', '.join(missing)}", param_hint="--ledger")
+    started = time.monotonic()
+    with domain_errors():
+        backups = DatabaseBackups(_load(name, home))
+        report = backups.restore_order(backup, ledgers, reopen=not keep_closed,
+                                       reporter=lambda m: console.print(f"  {m}"))
+    rec = report["reconciliation"]
+    failed = [r for r in report.get("replayed", []) if r["error"]]
+    console.print(f"[bold]restored[/] in {time.monotonic() - started:.1f} s: "
+                  f"{rec['quarantined_objects']} objects quarantined, {rec['lost_acknowledged']} lost "
+                  f"acknowledgements, {len(report.get('replayed', []))} replayed, {len(failed)} failed")
+    click.echo(json.dumps(report, indent=2, default=str))
+    if failed or not rec["consistent"]:
         sys.exit(1)
 
 
@@ -233,6 +293,14 @@ _fault_command("restore-pool", "Start the agents of POOL again.", lambda f, pool
 _fault_command("partition-agent", "Cut AGENT off from the control plane (its own proxy route).",
                lambda f, agent, mode: f.partition_agent(agent, mode), "agent", mode_default="blackhole")
 _fault_command("heal-agent", "Reconnect a partitioned AGENT.", lambda f, agent: f.heal_agent(agent), "agent")
+def _lose_db(f: Any) -> dict[str, Any]:
+    from infra.local.backup import DatabaseBackups
+
+    return DatabaseBackups(f.env).lose()
+
+
+_fault_command("lose-db", "Lose both database members and their data (moved aside): only "
+               "`gameday env restore-db` brings the store back.", _lose_db)
 _fault_command("restore-all", "Undo every active fault (restart, resume, reconnect).",
                lambda f: {"restored": f.restore_everything()})
 

@@ -15,6 +15,7 @@ fault                                 inverse
 ``registry_unreachable()``            ``registry_restore()``
 ``withdraw_pool(pool)``               ``restore_pool(pool)``
 ``partition_agent(name)``             ``heal_agent(name)``
+``DatabaseBackups.lose()``            ``DatabaseBackups.restore()`` + ``reopen()`` (infra/local/backup.py)
 ====================================  =====================================
 
 Targets are component names (``api-1``, ``pg-0``, ``moto``, ``gpu-1`` ...) or the aliases
@@ -368,6 +369,14 @@ class FaultInjector:
     def restore_everything(self) -> list[str]:
         """Undo every active fault for real (restart what was killed), e.g. between experiments."""
         restored = []
+        if self._is_active("database_lost", "database"):
+            # first: the restore order stops and restarts everything else itself
+            from infra.local.backup import DatabaseBackups
+
+            backups = DatabaseBackups(self.env)
+            backups.restore("latest")
+            backups.reopen()
+            restored.append("database_lost:database")
         for key, fault in list(self.active().items()):
             kind, target = fault["fault"], fault["target"]
             if kind in ("kill", "stop"):

@@ -340,8 +340,14 @@ def test_experiment_refs_use_file_names_and_runbook_keys(tmp_path: Path) -> None
             runbook: runbooks/alert-api-availability-burn.md
         """)
     )
+    (tmp_path / "db-restore-from-backup.yaml").write_text(
+        "title: restore\nextensions:\n  - name: x-gameday\n    runbook: db-primary-loss\n"
+    )
+    (tmp_path / "registry-failure.yaml").write_text("title: no runbook key\n")
     refs = experiment_runbook_refs(tmp_path)
+    # runbook keys name the runbooks; only an experiment without any falls back to its file name
     assert refs == {
-        "db-primary-loss": {"db-primary-loss.yaml"},
         "alert-api-availability-burn": {"db-primary-loss.yaml"},
+        "db-primary-loss": {"db-restore-from-backup.yaml"},
+        "registry-failure": {"registry-failure.yaml"},
     }
