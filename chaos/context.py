@@ -21,6 +21,10 @@ from gameday.platforms import PlatformAdapter, get_adapter
 
 DEFAULTS = {"gameday_env": "local", "gameday_home": "", "gameday_run_dir": "",
             "gameday_platform": "controlplane", "gameday_experiment": "adhoc"}
+# Cloud runs only (gameday run sets them; experiments' configuration stays as it is).
+CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file (gameday/cloudenv.py)
+CLOUD_STATE_ENV = "GAMEDAY_CLOUD_STATE_DIR"  # fault state + timeline shared with the runner
+ALLOW_PROD_ENV = "GAMEDAY_ALLOW_PROD"
 
 
 class ChaosError(Exception):
@@ -47,8 +51,25 @@ class Context:
                        Path.cwd() / "runs" / "adhoc")
         return cls(c["gameday_env"], home, run_dir, c["gameday_platform"], c["gameday_experiment"])
 
+    @property
+    def cloud_target(self) -> str | None:
+        """Set by ``gameday run`` for dev/staging/prod only: the explicit target file. Without
+        it the environment is a local one, exactly as before."""
+        return os.environ.get(CLOUD_TARGET_ENV) or None
+
     @cached_property
     def env(self) -> Any:
+        if self.cloud_target:
+            from gameday.cloudenv import CloudEnvError, CloudEnvironment
+
+            state = os.environ.get(CLOUD_STATE_ENV)
+            allow = os.environ.get(ALLOW_PROD_ENV, "").lower() in ("1", "true", "yes")
+            try:
+                return CloudEnvironment.from_target(
+                    Path(self.cloud_target), self.env_name, home=self.home,
+                    state_dir=Path(state) if state else None, allow_prod=allow)
+            except CloudEnvError as exc:
+                raise ChaosError(str(exc)) from None
         from infra.local.env import LocalEnvironment
 
         return LocalEnvironment.load(self.env_name, self.home)
@@ -59,6 +80,8 @@ class Context:
 
     @cached_property
     def driver(self) -> FaultDriver:
+        if self.cloud_target:  # CloudFaults, recording the fault timeline (gameday/cloudfaults.py)
+            return self.env.driver
         from chaos.drivers.local import LocalFaults
 
         return LocalFaults(self.env)

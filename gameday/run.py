@@ -3,6 +3,11 @@
 Bring up (or reuse) the environment, take the game-day lock, start background load, run each
 experiment with Chaos Toolkit (rollbacks always, also on Ctrl-C), collect the raw evidence into
 a new run directory, evaluate it with slo/, print the verdict and exit with the gate's code.
+
+Cloud envs (dev/staging/prod) take the same path with three differences: the environment must
+exist (gameday/cloudenv.py, from the explicit ``--target`` file; no up/down), the lock is a
+Kubernetes Lease (gameday/cloudlock.py), and faults go through CloudFaults with a fault
+timeline (gameday/cloudfaults.py). SIGTERM counts as Ctrl-C there (a pod's deadline).
 """
 
 from __future__ import annotations
@@ -40,6 +45,15 @@ PROM_QUERIES = {
     "queue_age": "max by (queue) (controlplane_queue_age_seconds)",
     "pending": "sum by (reason) (controlplane_pending_operations)",
     "api_requests": "sum by (code) (rate(haproxy_backend_http_responses_total[30s]))",
+}
+# No HAProxy in front of the API in the cloud (a Service): its metric does not exist there.
+CLOUD_PROM_QUERIES = {k: q for k, q in PROM_QUERIES.items() if k != "api_requests"}
+# Always true of a cloud run; written to collection-gaps.json so nobody looks for them.
+CLOUD_GAPS = {
+    "prometheus/api_requests.json": "HAProxy backend metrics exist only in the local "
+                                    "environment; API availability comes from requests.jsonl",
+    "component logs": "pod logs are not copied into the run directory; read them with "
+                      "kubectl logs in the control-plane namespace",
 }
 
 
@@ -119,10 +133,31 @@ def dry_run(opts: Options, names: list[str], console: Console) -> int:
                           f"S3 {eps.get('s3')}, registry {eps.get('registry')}")
     else:
         _say(console, f"target: {opts.target} (cloud drivers: Kubernetes + AWS)")
+        _dry_run_cloud(opts, console)
     _say(console, f"background load: loadtests/scenarios/{opts.load_scenario}.yaml; "
                   f"evidence would go to {opts.runs_dir}/<run-id>/")
     _say(console, "dry run: nothing was changed")
     return 0
+
+
+def _dry_run_cloud(opts: Options, console: Console) -> None:
+    """What a live run would hit, from the target file alone (no credentials, no API call);
+    a target a live run would refuse is reported here, without failing the dry run."""
+    from gameday.cloudenv import CloudEnvError, CloudTargetFile
+
+    assert opts.target is not None
+    try:
+        t = CloudTargetFile.load(opts.target, opts.env)
+    except CloudEnvError as exc:
+        _say(console, f"[yellow]a live run would refuse this target[/]: {exc}")
+        return
+    cfg = t.driver_config
+    _say(console, f"targets: API {t.api_url}, Prometheus {t.prometheus_url}, cluster "
+                  f"{cfg.get('clusterName', '(derived)')} in {cfg['region']}, namespace "
+                  f"{cfg.get('controlPlaneNamespace', 'mlp-controlplane')}, bucket(s) "
+                  f"{cfg.get('artifactBuckets') or cfg.get('artifactBucket') or 'none'}")
+    _say(console, "credentials from env vars " + ", ".join(sorted(t.secret_envs.values()))
+         + "; lock: Lease gameday-lock in the control-plane namespace")
 
 
 # -- experiments ------------------------------------------------------------------------------
@@ -203,9 +238,7 @@ def run_gameday(opts: Options, console: Console) -> int:
     if opts.dry_run:
         return dry_run(opts, names, console)
     if opts.env in CLOUD_ENVS:
-        _say(console, "[bold red]refused[/]: live cloud game days need the cloud platform adapter "
-                      "(not in this release); use --dry-run to review the plan")
-        return EXIT_REFUSED
+        return run_cloud_gameday(opts, names, console)
 
     from infra.local.env import LocalEnvironment
     from infra.local.errors import EnvError
@@ -243,8 +276,59 @@ def run_gameday(opts: Options, console: Console) -> int:
             env.down()
 
 
+def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
+    """dev/staging/prod: the environment must exist already (no up/down); the lock is a Lease
+    in the cluster; faults go through CloudFaults, recorded in the environment's timeline."""
+    from gameday.cloudenv import CloudEnvError, CloudEnvironment
+
+    assert opts.target is not None  # preflight refused a cloud env without one
+    if opts.platform != "controlplane":
+        _say(console, f"[bold red]refused[/]: cloud game days target the control plane that "
+                      f"infra/ deploys (--platform controlplane), not {opts.platform!r}")
+        return EXIT_REFUSED
+    try:
+        env = CloudEnvironment.from_target(opts.target, opts.env, home=opts.home,
+                                           allow_prod=opts.allow_prod)
+        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+        run_dir = (opts.runs_dir / run_id).resolve()
+        lock = env.lock(run_id)
+        lock.acquire({"run_id": run_id, "run_dir": str(run_dir),
+                      "host": os.environ.get("HOSTNAME", "")})
+    except CloudEnvError as exc:
+        _say(console, f"[bold red]refused[/]: {exc}")
+        return EXIT_REFUSED
+    except ScheduleError as exc:
+        _say(console, f"[bold red]refused[/]: {exc}")
+        return EXIT_REFUSED
+    except Exception as exc:  # noqa: BLE001 - e.g. no kubeconfig: refuse, nothing was touched
+        _say(console, f"[bold red]refused[/]: cannot reach the cluster of {opts.env} "
+                      f"({type(exc).__name__}: {exc})")
+        return EXIT_REFUSED
+    _say(console, f"environment {opts.env}: API {env.target.api_url}, lock Lease "
+                  f"{lock.namespace}/{lock.name} held by {run_id}")
+    # A pod is stopped with SIGTERM (activeDeadlineSeconds, node drain): treat it like Ctrl-C
+    # so rollbacks and evidence still happen, as they do for an interactive run.
+    previous = _sigterm_as_interrupt()
+    try:
+        return _run_locked(opts, env, names, run_id, run_dir, console, lock=lock)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        lock.release()
+
+
+def _sigterm_as_interrupt() -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
 def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
-                console: Console) -> int:
+                console: Console, lock: Any = None) -> int:
     from chaos.drivers.local import LocalFaults
     from gameday.platforms import get_adapter
     from loadtests import runner
@@ -258,15 +342,22 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                             "environment": env.name, "versions": collect.versions()}
     collect.write_run_json(run_dir, info)
     _say(console, f"run {run_id}: {len(names)} experiment(s) -> {run_dir}")
+    cloud = opts.env in CLOUD_ENVS
+    if cloud:
+        info["target"] = env.describe()
+        collect.write_run_json(run_dir, info)
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
-    driver = LocalFaults(env)
+    driver = env.driver if cloud else LocalFaults(env)
     eps = env.endpoints
     if opts.platform == "controlplane":
         scenario = load_scenario(opts.load_scenario)
         scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
             update={"image": eps["image"]})})
         project, token = sorted(env.tokens["projects"].items())[0]
-        load = runner.start_background(scenario, eps["api"], token, run_dir, s3_endpoint=eps["s3"])
+        # cloud: the load is aimed at the stack on purpose (allow_remote); no S3 endpoint URL
+        # there, so the artifact reader is off (its downloads need IAM, not a URL)
+        load = runner.start_background(scenario, eps["api"], token, run_dir,
+                                       s3_endpoint=eps.get("s3"), allow_remote=cloud)
     else:  # other platforms: the same evidence files, made through the adapter
         from gameday.platforms import load as adapter_load
 
@@ -276,6 +367,12 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),
                 "GAMEDAY_PLATFORM": opts.platform,
                 "GAMEDAY_HOME": str(opts.home) if opts.home else os.environ.get("GAMEDAY_HOME", "")}
+    if cloud:  # chaos.context builds the same CloudEnvironment from these
+        from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
+
+        env_vars.update({CLOUD_TARGET_ENV: str(env.target.path),
+                         CLOUD_STATE_ENV: str(env.state_dir),
+                         ALLOW_PROD_ENV: "true" if opts.allow_prod else "false"})
     records = [ExperimentRun(n) for n in names]
     not_applicable: dict[str, str] = {}
     settle = settle_seconds(opts.env)
@@ -287,7 +384,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
             overall = progress.add_task("game day", total=len(names))
             time.sleep(5)  # let the load reach steady state before the first fault
             for rec in records:
-                why_not = adapter.applicability(rec.name)
+                why_not = adapter.applicability(rec.name) or (
+                    env.applicability(rec.name) if cloud else None)
                 if why_not:
                     rec.status = f"not applicable: {why_not}"
                     not_applicable[rec.name] = why_not
@@ -313,9 +411,11 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         interrupted = True
         _say(console, "[yellow]interrupted: rolling back and saving the evidence so far[/]")
     finally:
+        rollback: dict[str, Any] = {}
         try:
-            driver.restore_all()
+            rollback["restored"] = driver.restore_all()
         except Exception as exc:  # noqa: BLE001 - keep collecting evidence regardless
+            rollback["error"] = str(exc)
             _say(console, f"[red]restore after the run failed: {exc}[/]")
         summary = load.stop()
         _say(console, f"load: {summary.acknowledged} acknowledged submissions, "
@@ -324,12 +424,14 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         acks = collect.merge_ledgers(run_dir)
         faults = collect.copy_faults(Path(eps["fault_timeline"]), run_dir, started_at)
         prom = collect.query_prometheus(eps["prometheus"], run_dir, started_at, ended_at,
-                                        PROM_QUERIES)
+                                        CLOUD_PROM_QUERIES if cloud else PROM_QUERIES)
         try:
             counts = collect.snapshot(adapter, run_dir)
         except RuntimeError as exc:
             counts = {"error": str(exc)}
             _say(console, f"[red]{exc}[/]")
+        if cloud:
+            counts = _collect_cloud(env, run_dir, counts, rollback, lock, console)
         info.update(ended_at=ended_at.isoformat(), snapshot_at=collect.utcnow().isoformat(),
                     interrupted=interrupted, not_applicable=not_applicable,
                     ledger_entries=acks, fault_events=faults,
@@ -341,6 +443,32 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         collect.write_run_json(run_dir, info)
     code = evaluate(run_dir, console)
     return EXIT_INTERRUPTED if interrupted else code
+
+
+def _collect_cloud(env: Any, run_dir: Path, counts: dict[str, Any], rollback: dict[str, Any],
+                   lock: Any, console: Console) -> dict[str, Any]:
+    """What differs in the cloud: the object listing comes from AWS S3 (IAM), not an endpoint
+    URL; what could not be collected is written down in collection-gaps.json, never faked."""
+    gaps: dict[str, str] = dict(CLOUD_GAPS)
+    if "error" in counts:
+        gaps["snapshot/"] = f"the store snapshot failed (DSN from the target's adminDsnEnv): {counts['error']}"
+    else:
+        try:
+            counts["objects"] = collect.s3_objects(env.bucket, env.region,
+                                                   run_dir / "snapshot" / "objects.jsonl")
+        except collect.CollectError as exc:
+            (run_dir / "snapshot" / "objects.jsonl").unlink(missing_ok=True)
+            gaps["snapshot/objects.jsonl"] = str(exc)
+            counts["objects"] = f"error: {exc}"
+            _say(console, f"[red]{exc}[/]")
+    if "error" in rollback:
+        gaps["rollback"] = (f"restore_all failed: {rollback['error']}; the faults still active "
+                            f"are in {env.fault_state_file} (docs/chaos-cloud.md)")
+    if lock is not None and getattr(lock, "lost", None):
+        gaps["lock"] = f"the game-day Lease was lost during the run: {lock.lost}"
+    collect.write_gaps(run_dir, gaps)
+    counts["rollback"] = rollback
+    return counts
 
 
 def settle_seconds(env: str) -> float:
@@ -412,7 +540,8 @@ def _options(f: Any) -> Any:
         click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
                      default=Path("runs"), show_default=True, help="Where run directories go."),
         click.option("--target", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-                     help="Cloud envs: stack outputs JSON naming what may be hit."),
+                     help="Cloud envs (required): target JSON, stack outputs + runner keys "
+                          "(docs/chaos-cloud.md, 'Live game days')."),
         click.option("--allow-prod", is_flag=True, help="Allow fault injection into prod."),
         click.option("--dry-run", is_flag=True, help="Print exactly what would be hit; change nothing."),
         click.option("--down-after/--keep-env", "down_after", default=False,

@@ -7,8 +7,11 @@
   ``chaos/freeze-windows.yaml``, which this component ships in the ``gameday-target``
   ConfigMap so the cluster follows the repository's windows at deploy time, not the image's;
 - least privilege: its own service account ``gameday`` with exactly the Kubernetes verbs the
-  cloud fault drivers call (docs/chaos-cloud.md) and an IRSA role scoped to this stack's
-  RDS instance, artifact bucket and workload node groups (``identity.game_day_identity``);
+  cloud fault drivers call (docs/chaos-cloud.md) plus the game-day Lease (the in-cluster lock,
+  gameday/cloudlock.py), and an IRSA role scoped to this stack's RDS instance, artifact bucket
+  and workload node groups (``identity.game_day_identity``);
+- credentials (store DSN, agent token, its project's token) come from Secrets as env vars,
+  never from the ConfigMap; the target file only names the variables;
 - control-plane placement: on-demand system nodes, never spot or GPU, non-root, read-only
   root filesystem, like every other control-plane pod.
 """
@@ -24,6 +27,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gameday.cloudlock import LEASE_NAME
 from infra.components.common import TYPE_PREFIX, Naming, child
 from infra.config import ConfigError, GameDayConfig
 
@@ -35,6 +39,25 @@ TARGET_PATH = f"{TARGET_DIR}/target.json"
 FREEZE_PATH = f"{TARGET_DIR}/freeze-windows.yaml"
 RUNS_DIR = "/runs"
 FREEZE_FILE = Path(__file__).resolve().parents[2] / "chaos" / "freeze-windows.yaml"
+# The API Service ControlPlane declares (controlplane.py: "controlplane-api", API_PORT); not
+# imported from there because controlplane.py imports this module.
+API_SERVICE, API_PORT = "controlplane-api", 8080
+# kube-prometheus-stack's Prometheus Service with the chart's default release name; the
+# Observability component installs it when observability.installPrometheusStack is on.
+PROMETHEUS_URL = "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+# Credentials of the runner, as env vars from Secrets (never in the ConfigMap; the target file
+# names the variables: gameday/cloudenv.py). (env var, secret, key)
+DB_SECRET, AGENT_TOKEN_SECRET = "controlplane-db", "controlplane-agent-token"
+PROJECT_TOKEN_SECRET = "gameday-project-token"  # created by the operator, like the agent token
+PLATFORM_PROJECT = "gameday"  # the control-plane project the game day submits as
+CREDENTIALS = (
+    # snapshot of the store after the run (the evidence the verdict is computed from)
+    ("GAMEDAY_ADMIN_DSN", DB_SECRET, "dsn"),
+    # the fencing probe replays a stale agent's late report with an agent token
+    ("GAMEDAY_AGENT_TOKEN", AGENT_TOKEN_SECRET, "token"),
+    # background load and experiment submissions
+    ("GAMEDAY_PROJECT_TOKEN", PROJECT_TOKEN_SECRET, "token"),
+)
 # A start missed by more than this (controller down, previous run still active under Forbid)
 # is skipped rather than run late at an hour nobody planned for.
 STARTING_DEADLINE_SECONDS = 600
@@ -60,6 +83,14 @@ WORKLOAD_RULES: list[dict[str, Any]] = [
     # registry_unreachable / registry_restore: read and replace workload-isolation.
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
      "verbs": ["get", "list", "update"]},
+]
+# The one-game-day-at-a-time lock (gameday/cloudlock.py): create the Lease once, then read,
+# renew, take over when expired and release it by update. resourceNames cannot restrict
+# create (the name is not known to the authorizer before the object exists).
+LEASE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE_NAME],
+     "verbs": ["get", "update"]},
 ]
 CLUSTER_RULES: list[dict[str, Any]] = [
     # withdraw_pool/restore_pool: cordon/uncordon; drain through the eviction API.
@@ -110,11 +141,24 @@ def freeze_windows_text(path: Path = FREEZE_FILE) -> str:
     return path.read_text()
 
 
-def _target(inputs: GameDayInputs, project: str, stack: str) -> pulumi.Output[str]:
-    """The target description the cloud fault drivers read (chaos/drivers/cloud.py
-    ``CloudTarget.KEYS``): only keys it knows, built from what this program declares."""
-    def render(buckets: list[str]) -> str:
+def _target(inputs: GameDayInputs, project: str, stack: str, image: pulumi.Input[str]
+            ) -> pulumi.Output[str]:
+    """The target file of ``gameday gate --target`` (gameday/cloudenv.py): what the cloud
+    fault drivers read (chaos/drivers/cloud.py ``CloudTarget.KEYS``) plus the runner's keys,
+    built from what this program declares. Credentials are not in it: it only names the env
+    vars that hold them (``CREDENTIALS``)."""
+    def render(image: str, buckets: list[str]) -> str:
         return json.dumps({
+            # runner keys (gameday/cloudenv.py)
+            "apiUrl": f"http://{API_SERVICE}.{inputs.namespace}.svc:{API_PORT}",
+            "prometheusUrl": PROMETHEUS_URL,
+            # the control-plane image carries the sample training workload (controlplane/workload)
+            "workloadImage": image,
+            "platformProject": PLATFORM_PROJECT,
+            "adminDsnEnv": CREDENTIALS[0][0],
+            "agentTokenEnv": CREDENTIALS[1][0],
+            "projectTokenEnv": CREDENTIALS[2][0],
+            # fault-driver keys (CloudTarget)
             "environment": inputs.environment,
             "project": project,
             "stack": stack,
@@ -130,7 +174,8 @@ def _target(inputs: GameDayInputs, project: str, stack: str) -> pulumi.Output[st
             "nodeGroups": inputs.node_groups,
         }, indent=2, sort_keys=True)
 
-    return pulumi.Output.all(*inputs.bucket_names).apply(lambda b: render(list(b)))
+    return pulumi.Output.all(image, *inputs.bucket_names).apply(
+        lambda v: render(v[0], list(v[1:])))
 
 
 class GameDaySchedule(pulumi.ComponentResource):
@@ -166,7 +211,7 @@ class GameDaySchedule(pulumi.ComponentResource):
         )
         subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]
         k8s.rbac.v1.Role(f"{name}-role", metadata=meta(SERVICE_ACCOUNT, ns),
-                         rules=CONTROL_PLANE_RULES, opts=o)
+                         rules=[*CONTROL_PLANE_RULES, *LEASE_RULES], opts=o)
         k8s.rbac.v1.RoleBinding(
             f"{name}-binding", metadata=meta(SERVICE_ACCOUNT, ns),
             role_ref={"apiGroup": RBAC_GROUP, "kind": "Role", "name": SERVICE_ACCOUNT},
@@ -186,7 +231,9 @@ class GameDaySchedule(pulumi.ComponentResource):
             role_ref={"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": cluster_role},
             subjects=subject, opts=o)
 
-        self.target_json = _target(inputs, naming.project, naming.stack)
+        container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
+                                     {"cpu": "500m", "memory": "1Gi"}, probes=False)
+        self.target_json = _target(inputs, naming.project, naming.stack, container["image"])
         target = k8s.core.v1.ConfigMap(
             f"{name}-target",
             metadata=meta(TARGET_CONFIGMAP, ns),
@@ -194,8 +241,6 @@ class GameDaySchedule(pulumi.ComponentResource):
             opts=o,
         )
 
-        container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
-                                     {"cpu": "500m", "memory": "1Gi"}, probes=False)
         container["env"] = [
             # chaosk8s: use the in-cluster service account, not a kubeconfig file.
             {"name": "CHAOSTOOLKIT_IN_POD", "value": "true"},
@@ -204,6 +249,10 @@ class GameDaySchedule(pulumi.ComponentResource):
             # Read-only root filesystem: everything writable lives in the emptyDirs.
             {"name": "HOME", "value": "/tmp"},
             {"name": "GAMEDAY_HOME", "value": f"{RUNS_DIR}/.gameday"},
+            # credentials the runner reads (names in target.json); the kubelet resolves them,
+            # the service account gets no Secret access
+            *({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+              for var, secret, key in CREDENTIALS),
         ]
         container["workingDir"] = RUNS_DIR
         container["volumeMounts"] = [

@@ -12,7 +12,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from infra.components.gameday import CLUSTER_RULES, CONTROL_PLANE_RULES, WORKLOAD_RULES
+from infra.components.gameday import (
+    CLUSTER_RULES,
+    CONTROL_PLANE_RULES,
+    CREDENTIALS,
+    LEASE_RULES,
+    WORKLOAD_RULES,
+)
 from infra.config import ConfigError, validate_cron
 from infra.policies import wildcard_data_actions
 from tests.infra.harness import REPO, Resource, Run, run_program
@@ -81,8 +87,14 @@ def test_staging_cronjob_runs_gameday_gate_weekly_without_overlap(runs: dict[str
                          "--target", "/etc/gameday/target.json", "--runs-dir", "/runs",
                          "--freeze-file", "/etc/gameday/freeze-windows.yaml"]
     assert "--allow-prod" not in c["args"]
-    # The game day needs no database credentials.
-    assert not any(e.get("valueFrom") for e in c["env"])
+    # Credentials only as env vars from Secrets (the store DSN for the snapshot, an agent
+    # token for the fencing probe, the game-day project's token), never in the ConfigMap.
+    from_secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if e.get("valueFrom")}
+    assert from_secrets == {
+        "GAMEDAY_ADMIN_DSN": {"name": "controlplane-db", "key": "dsn"},
+        "GAMEDAY_AGENT_TOKEN": {"name": "controlplane-agent-token", "key": "token"},
+        "GAMEDAY_PROJECT_TOKEN": {"name": "gameday-project-token", "key": "token"}}
+    assert {v for v, _, _ in CREDENTIALS} == set(from_secrets)
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/etc/gameday"].get("readOnly") is True
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -143,7 +155,16 @@ def test_rbac_is_least_privilege(runs: dict[str, Run], prod_enabled: Run, which:
             for key in ("verbs", "resources", "apiGroups"):
                 assert not any("*" in v for v in rule[key]), (kind, ns, rule)
             assert "resourceNames" not in rule or rule["resourceNames"]
-    assert rules[("Role", "mlp-controlplane")] == CONTROL_PLANE_RULES
+    assert rules[("Role", "mlp-controlplane")] == [*CONTROL_PLANE_RULES, *LEASE_RULES]
+    # The lock: the Lease can be created, and only the game-day Lease read and updated (no
+    # delete, no list/watch: release is an update clearing the holder).
+    leases = [r for r in rules[("Role", "mlp-controlplane")] if r["resources"] == ["leases"]]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in leases)
+    assert [r["verbs"] for r in leases if "resourceNames" not in r] == [["create"]]
+    assert [(r["resourceNames"], r["verbs"]) for r in leases if "resourceNames" in r] == [
+        (["gameday-lock"], ["get", "update"])]
+    assert not any(r["resources"] == ["leases"] for (kind, ns), rs in rules.items()
+                   if (kind, ns) != ("Role", "mlp-controlplane") for r in rs)
     cluster = rules[("ClusterRole", None)]
     assert cluster == CLUSTER_RULES
     assert {res for r in cluster for res in r["resources"]} == {"nodes", "pods", "pods/eviction"}
@@ -213,7 +234,7 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
 
 
 # -- the target description -------------------------------------------------------------------------
-def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run]) -> None:
+def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tmp_path: Path) -> None:
     from chaos.drivers.cloud import CloudTarget
 
     run = runs["staging"]
@@ -222,7 +243,13 @@ def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run]) ->
     target = json.loads(cm["data"]["target.json"])
     groups = {r.props["labels"]["platform.gameday/pool"]: r.props["nodeGroupName"]
               for r in run.of_type("eks:index:ManagedNodeGroup")}
+    image = _pod(run)["containers"][0]["image"]
     assert target == {
+        "apiUrl": "http://controlplane-api.mlp-controlplane.svc:8080",
+        "prometheusUrl": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090",
+        "workloadImage": image, "platformProject": "gameday",
+        "adminDsnEnv": "GAMEDAY_ADMIN_DSN", "agentTokenEnv": "GAMEDAY_AGENT_TOKEN",
+        "projectTokenEnv": "GAMEDAY_PROJECT_TOKEN",
         "environment": "staging", "project": "mlplatform", "stack": "staging", "region": "eu-west-1",
         "clusterName": run.one("eks:index:Cluster").props["name"],
         "controlPlaneNamespace": "mlp-controlplane", "workloadNamespaces": ["mlp-workloads"],
@@ -232,10 +259,21 @@ def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run]) ->
         "databaseIdentifier": run.one("aws:rds/instance:Instance").props["identifier"],
         "nodeGroups": groups,
     }
-    # The cloud drivers accept it as is (unknown keys would be refused).
-    parsed = CloudTarget.from_config(target)
+    # The runner accepts it as is for `--env staging`, and hands the driver keys to the cloud
+    # drivers (which refuse unknown keys).
+    from gameday.cloudenv import CloudTargetFile
+
+    path = tmp_path / "target.json"
+    path.write_text(cm["data"]["target.json"])
+    loaded = CloudTargetFile.load(path, "staging")
+    assert loaded.api_url == target["apiUrl"] and loaded.workload_image == image
+    parsed = CloudTarget.from_config(loaded.driver_config)
     assert parsed.aws.db_instance_id == target["databaseIdentifier"]
     assert parsed.kube.namespace == "mlp-controlplane"
+    # The API URL names the Service ControlPlane declares, on its port.
+    svc = run.one("kubernetes:core/v1:Service", "-api-svc").props
+    assert target["apiUrl"] == (f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}"
+                                f".svc:{int(svc['spec']['ports'][0]['port'])}")
     # The freeze windows the CronJob honours are the repository's declared ones.
     assert cm["data"]["freeze-windows.yaml"] == (REPO / "chaos" / "freeze-windows.yaml").read_text()
 

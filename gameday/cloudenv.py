@@ -1,0 +1,325 @@
+"""A cloud environment (``dev`` / ``staging`` / ``prod``) as the game-day runner and the chaos
+layer see it: the part of ``infra.local.env.LocalEnvironment`` they use (endpoints, tokens,
+state dir, fault timeline, health, notes, agents), built from an explicit target file.
+
+There is no ``up``/``down`` here: a cloud environment is provisioned by ``pulumi up`` and must
+already exist. The target file is JSON: the keys of ``chaos.drivers.cloud.CloudTarget`` (the
+stack outputs the fault drivers need) plus the runner's own keys below. Credentials are never
+in the file: it names the environment variables that hold them (a Kubernetes Secret mounted
+as env vars in the CronJob), and their values are never printed or written to a run directory.
+
+=================  ========  =======================================================
+runner key         required  meaning
+=================  ========  =======================================================
+``apiUrl``         yes       control-plane API base URL, as the runner reaches it
+``prometheusUrl``  yes       Prometheus base URL (alerts and queries for the evidence)
+``workloadImage``  yes       image of the sample training workload the load submits
+``platformProject`` no       control-plane project the runner submits as (``gameday``)
+``adminDsnEnv``    no        env var holding the store's DSN (``GAMEDAY_ADMIN_DSN``)
+``projectTokenEnv`` no       env var holding that project's token (``GAMEDAY_PROJECT_TOKEN``)
+``agentTokenEnv``  no        env var holding an agent token (``GAMEDAY_AGENT_TOKEN``), for the
+                             fencing probe that replays a stale agent's late report
+``leaseSeconds``   no        game-day Lease duration (120); renewed every third of it
+=================  ========  =======================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+CLOUD_ENVS = ("dev", "staging", "prod")
+DEFAULT_SECRET_ENVS = {"adminDsnEnv": "GAMEDAY_ADMIN_DSN", "projectTokenEnv": "GAMEDAY_PROJECT_TOKEN",
+                       "agentTokenEnv": "GAMEDAY_AGENT_TOKEN"}
+RUNNER_KEYS = ("apiUrl", "prometheusUrl", "workloadImage", "platformProject", "leaseSeconds",
+               *DEFAULT_SECRET_ENVS)
+URL_KEYS = ("apiUrl", "prometheusUrl")
+# Experiments written for the local topology only, and why they cannot run against a stack.
+NOT_APPLICABLE = {
+    "ineligible-fallback-region": "needs agents in two regions (region-1/region-2 of the local "
+                                  "topology); a cloud stack runs its agents in one region",
+}
+
+
+class CloudEnvError(Exception):
+    """The cloud target cannot be used (message names the file, key or variable and why)."""
+
+
+@dataclass(frozen=True)
+class CloudAgent:
+    name: str
+    pool: str
+    region: str
+
+
+@dataclass(frozen=True)
+class CloudTargetFile:
+    """The validated target file; secrets are not read here (``--dry-run`` uses this too)."""
+
+    path: Path
+    environment: str
+    api_url: str
+    prometheus_url: str
+    workload_image: str
+    platform_project: str
+    secret_envs: dict[str, str]  # runner key -> environment variable name
+    lease_seconds: int
+    driver_config: dict[str, Any]  # what CloudFaults takes (CloudTarget.KEYS only)
+
+    @classmethod
+    def load(cls, path: Path, env: str) -> CloudTargetFile:
+        from chaos.drivers.cloud import CloudConfigError, CloudTarget
+
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text())
+        except OSError as exc:
+            raise CloudEnvError(f"target file {path}: cannot read it: {exc.strerror}") from None
+        except ValueError as exc:
+            raise CloudEnvError(f"target file {path}: not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise CloudEnvError(f"target file {path}: a JSON object is expected, got "
+                                f"{type(raw).__name__}")
+        for key in ("apiUrl", "prometheusUrl", "workloadImage"):
+            if not isinstance(raw.get(key), str) or not raw[key].strip():
+                raise CloudEnvError(f"target file {path}: key {key!r} is required (a non-empty "
+                                    "string); see docs/chaos-cloud.md, 'Live game days'")
+        for key in URL_KEYS:
+            url = urlparse(raw[key])
+            if url.scheme not in ("http", "https") or not url.netloc:
+                raise CloudEnvError(f"target file {path}: key {key!r}: {raw[key]!r} is not an "
+                                    "http(s) URL")
+        secret_envs = {k: raw.get(k, default) for k, default in DEFAULT_SECRET_ENVS.items()}
+        for key, var in secret_envs.items():
+            if not isinstance(var, str) or not var.isidentifier():
+                raise CloudEnvError(f"target file {path}: key {key!r} must name an environment "
+                                    f"variable, got {var!r}")
+        lease = raw.get("leaseSeconds", 120)
+        if not isinstance(lease, int) or not 30 <= lease <= 3600:
+            raise CloudEnvError(f"target file {path}: key 'leaseSeconds' must be an integer "
+                                f"in [30, 3600], got {lease!r}")
+        driver_config = {k: v for k, v in raw.items() if k not in RUNNER_KEYS}
+        try:
+            # an inline kubeconfig is only written out when the driver is built (state dir)
+            target = CloudTarget.from_config(
+                {k: v for k, v in driver_config.items() if k != "kubeconfig"}, state_dir=None)
+        except CloudConfigError as exc:
+            raise CloudEnvError(f"target file {path}: {exc}") from None
+        if target.environment != env:
+            raise CloudEnvError(f"target file {path}: key 'environment' is "
+                                f"{target.environment!r} but --env is {env!r}: wrong target?")
+        return cls(path=path.resolve(), environment=env, api_url=raw["apiUrl"].rstrip("/"),
+                   prometheus_url=raw["prometheusUrl"].rstrip("/"),
+                   workload_image=raw["workloadImage"],
+                   platform_project=str(raw.get("platformProject", "gameday")),
+                   secret_envs=secret_envs, lease_seconds=lease, driver_config=driver_config)
+
+    def secret(self, key: str) -> str:
+        var = self.secret_envs[key]
+        value = os.environ.get(var, "")
+        if not value.strip():
+            raise CloudEnvError(f"environment variable {var} (target key {key!r} of "
+                                f"{self.path}) is not set or empty: the cloud runner needs it")
+        return value
+
+
+def state_dir_for(env: str, home: Path | None = None) -> Path:
+    """Fault state, kubeconfig copy and fault timeline of one cloud environment."""
+    base = home or Path(os.environ.get("GAMEDAY_HOME") or os.getcwd())
+    return base.resolve() / ".gameday" / "cloud" / env
+
+
+class CloudEnvironment:
+    """What ``gameday run`` and ``chaos.context.Context`` use of an environment, for a stack."""
+
+    kind = "cloud"
+    components = ("api", "database", "prometheus", "deployments")
+
+    def __init__(self, target: CloudTargetFile, state_dir: Path, *, allow_prod: bool = False,
+                 kube_api: Any = None) -> None:
+        if target.environment == "prod" and not allow_prod:
+            raise CloudEnvError("refusing to inject faults into prod without --allow-prod")
+        self.target = target
+        self.name = target.environment
+        self.state_dir = Path(state_dir)
+        self.allow_prod = allow_prod
+        self._kube_api = kube_api
+        # read (and checked) once, before anything is touched
+        self._dsn = target.secret("adminDsnEnv")
+        self._tokens = {"projects": {target.platform_project: target.secret("projectTokenEnv")},
+                        "agent": target.secret("agentTokenEnv")}
+        self.info = {"platform": "controlplane", "kind": "cloud", "environment": self.name,
+                     "target": str(target.path)}
+
+    @classmethod
+    def from_target(cls, path: Path, env: str, *, home: Path | None = None,
+                    state_dir: Path | None = None, allow_prod: bool = False) -> CloudEnvironment:
+        if env not in CLOUD_ENVS:
+            raise CloudEnvError(f"env {env!r} is not a cloud environment ({', '.join(CLOUD_ENVS)})")
+        return cls(CloudTargetFile.load(path, env), state_dir or state_dir_for(env, home),
+                   allow_prod=allow_prod)
+
+    # -- files and endpoints ----------------------------------------------------------------
+    @property
+    def timeline_file(self) -> Path:
+        return self.state_dir / "faults.jsonl"
+
+    @property
+    def fault_state_file(self) -> Path:
+        return self.state_dir / "cloud-faults.json"
+
+    @property
+    def endpoints(self) -> dict[str, Any]:
+        """Same keys as the local environment's where they exist. No ``s3``: artifacts are in
+        AWS S3 behind IAM, reached with the default credential chain, not an endpoint URL."""
+        return {"api": self.target.api_url, "prometheus": self.target.prometheus_url,
+                "dsn": self._dsn, "image": self.target.workload_image,
+                "bucket": self.bucket, "region": self.region,
+                "fault_timeline": str(self.timeline_file)}
+
+    @property
+    def tokens(self) -> dict[str, Any]:
+        return self._tokens
+
+    @property
+    def bucket(self) -> str | None:
+        cfg = self.target.driver_config
+        return cfg.get("artifactBucket") or (cfg.get("artifactBuckets") or [None])[0]
+
+    @property
+    def region(self) -> str:
+        return self.target.driver_config["region"]
+
+    def describe(self) -> dict[str, Any]:
+        """For people and run.json: where it points, never a credential."""
+        return {"environment": self.name, "target": str(self.target.path),
+                "api": self.target.api_url, "prometheus": self.target.prometheus_url,
+                "bucket": self.bucket, "region": self.region,
+                "namespace": self.driver.driver.target.kube.namespace,
+                "state_dir": str(self.state_dir)}
+
+    # -- fault driver and lock --------------------------------------------------------------
+    @cached_property
+    def driver(self) -> Any:
+        from chaos.drivers.cloud import CloudFaults
+        from gameday.cloudfaults import RecordedCloudFaults
+        from infra.local.faults import Timeline
+
+        faults = CloudFaults(self.target.driver_config, self.fault_state_file,
+                             allow_prod=self.allow_prod)
+        return RecordedCloudFaults(faults, Timeline(self.timeline_file))
+
+    def kube_api(self) -> Any:
+        """The Kubernetes ApiClient the drivers use (kubeconfig of the target, or in-pod)."""
+        if self._kube_api is None:
+            self._kube_api = self.driver.driver.k8s._api()
+        return self._kube_api
+
+    def lock(self, holder: str) -> Any:
+        from kubernetes import client
+
+        from gameday.cloudlock import LeaseLock
+
+        return LeaseLock(client.CoordinationV1Api(self.kube_api()),
+                         self.driver.driver.target.kube.namespace, holder,
+                         lease_seconds=self.target.lease_seconds)
+
+    # -- topology ---------------------------------------------------------------------------
+    @property
+    def agents(self) -> tuple[CloudAgent, ...]:
+        kube = self.driver.driver.target.kube
+        return tuple(CloudAgent(f"{kube.agent_name_prefix}-{pool}", pool, self.region)
+                     for pool in kube.agent_pools)
+
+    def applicability(self, experiment: str) -> str | None:
+        return NOT_APPLICABLE.get(experiment)
+
+    # -- health -----------------------------------------------------------------------------
+    def db_writable(self, timeout: float = 2.0) -> bool:
+        """True when the store assigns a transaction id: only a primary does (a standby or an
+        instance mid-failover refuses). Writes nothing to the platform's tables."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self._dsn, autocommit=True,
+                                 connect_timeout=max(1, int(timeout))) as conn:
+                conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+                conn.execute("SELECT txid_current()")
+            return True
+        except psycopg.Error:
+            return False
+
+    def wait_db_writable(self, timeout: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.db_writable():
+                return time.monotonic() - start
+            time.sleep(0.5)
+        raise CloudEnvError(f"{self.name}: the control-plane database accepted no write "
+                            f"within {timeout:.0f} s")
+
+    def _http_ok(self, url: str) -> tuple[bool, str]:
+        try:
+            r = httpx.get(url, timeout=3.0)
+        except httpx.HTTPError as exc:
+            return False, f"{url}: {type(exc).__name__}"
+        return r.status_code == 200, f"{urlparse(url).path} {r.status_code}"
+
+    def deployments(self) -> tuple[bool, str]:
+        """Every control-plane Deployment has all its replicas ready (and at least one)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        kube = self.driver.driver.target.kube
+        names = ["controlplane-api", "controlplane-reconciler",
+                 *(f"controlplane-agent-{p}" for p in kube.agent_pools)]
+        apps = client.AppsV1Api(self.kube_api())
+        bad = []
+        for name in names:
+            try:
+                d = apps.read_namespaced_deployment(name, kube.namespace)
+            except ApiException as exc:
+                bad.append(f"{name}: HTTP {exc.status}")
+                continue
+            want = d.spec.replicas or 0
+            ready = (d.status.ready_replicas if d.status else None) or 0
+            if want == 0 or ready < want:
+                bad.append(f"{name}: {ready}/{want} ready")
+        return not bad, "; ".join(bad) or f"{len(names)} deployments ready"
+
+    def status(self) -> dict[str, Any]:
+        checks = {
+            "api": self._http_ok(f"{self.target.api_url}/readyz"),
+            "database": (True, "writable") if self.db_writable() else (False, "not writable"),
+            "prometheus": self._http_ok(f"{self.target.prometheus_url}/-/ready"),
+            "deployments": self.deployments(),
+        }
+        components = {n: {"healthy": ok, "detail": detail} for n, (ok, detail) in checks.items()}
+        return {"name": self.name, "kind": self.kind, "components": components,
+                "healthy": all(c["healthy"] for c in components.values()),
+                "active_faults": self.driver.active()}
+
+    def wait_healthy(self, components: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            bad = {n: c["detail"] for n, c in status["components"].items()
+                   if n in components and not c["healthy"]}
+            if not bad:
+                return
+            if time.monotonic() >= deadline:
+                raise CloudEnvError(f"{self.name}: not healthy within {timeout:.0f} s: {bad}")
+            time.sleep(2.0)
+
+    def note(self, what: str, details: dict[str, Any] | None = None) -> None:
+        from infra.local.faults import Timeline
+
+        Timeline(self.timeline_file).record("note", what, self.name, details or {})
