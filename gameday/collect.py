@@ -108,42 +108,20 @@ def snapshot(adapter: PlatformAdapter, run_dir: Path, attempts: int = 5) -> dict
 def s3_objects(bucket: str | None, region: str, path: Path, session: Any = None) -> int:
     """snapshot/objects.jsonl from AWS S3 itself (cloud runs): the default credential chain
     (IRSA in the game-day pod), same rows as the local listing (docs/EVIDENCE.md)."""
-    import hashlib
-    from concurrent.futures import ThreadPoolExecutor
-
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+
+    from gameday.platforms.controlplane import write_objects
 
     if not bucket:
         raise CollectError("snapshot/objects.jsonl: the target names no artifactBucket")
     s3 = (session or boto3.Session()).client("s3", region_name=region)
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        listing = [obj for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-                   for obj in page.get("Contents", [])]
-
-        def row_of(obj: dict[str, Any]) -> dict[str, Any]:
-            body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-            row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
-                                   "etag": obj.get("ETag", "").strip('"'),
-                                   "sha256": hashlib.sha256(body).hexdigest(), "content": None}
-            if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
-                try:
-                    row["content"] = json.loads(body)
-                except ValueError:
-                    row["content"] = None  # a torn manifest is evidence too
-            return row
-
-        # every object is read to verify manifest checksums: fetch in parallel (thread-safe)
-        with ThreadPoolExecutor(8) as pool:
-            rows = list(pool.map(row_of, listing))
+        return write_objects(s3, bucket, path)
     except (BotoCoreError, ClientError) as exc:
         raise CollectError(f"snapshot/objects.jsonl: listing s3://{bucket} failed: {exc} (the "
                            "game-day role needs s3:ListBucket and s3:GetObject on it)") from exc
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
-    tmp.replace(path)
-    return len(rows)
 
 
 def write_gaps(run_dir: Path, gaps: dict[str, str]) -> None:

@@ -568,7 +568,8 @@ def _build(suite: str, **kw: Any) -> Options:
 
 @click.command("run")
 @click.option("--suite", default="ci", show_default=True, type=click.Choice(["ci", "core", "full"]),
-              help="ci: 3 experiments (<= 3 min); core/full: all eight failure classes.")
+              help="ci: 3 experiments (<= 3 min); core: all eight failure classes; "
+                   "full: core + db-restore-from-backup.")
 @_options
 def run_cmd(suite: str, **kw: Any) -> None:
     """Run a game day: faults under load, evidence, verdict. Exit code = the gate's

@@ -42,8 +42,10 @@ class ControlPlaneAdapter:
 
     def __init__(self, api_url: str, token: str, project: str, *, admin_dsn: str | None = None,
                  s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
-                 image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0) -> None:
+                 image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0,
+                 region: str | None = None) -> None:
         self.api_url, self.project, self.admin_dsn = api_url, project, admin_dsn
+        self.region = region  # real AWS S3 when there is no endpoint (cloud runs)
         self.s3_endpoint, self.bucket, self.image = s3_endpoint, bucket, image
         self.http = httpx.Client(base_url=api_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
@@ -57,7 +59,8 @@ class ControlPlaneAdapter:
         return cls(endpoints["api"], token, project, admin_dsn=endpoints.get("dsn"),
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),
-                   image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"))
+                   image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"),
+                   region=endpoints.get("region"))
 
     # -- work ------------------------------------------------------------------------------
     def spec(self, w: Workload) -> dict[str, Any]:
@@ -138,13 +141,11 @@ class ControlPlaneAdapter:
         restore), is a discrepancy. Work still running may have neither yet: not counted."""
         import psycopg
 
-        from controlplane.storage import StorageConfig, make_s3_client
-
-        if not (self.admin_dsn and self.s3_endpoint):
-            raise PlatformError("reconciliation needs the database DSN and the S3 endpoint")
+        if not self.admin_dsn:
+            raise PlatformError("reconciliation needs the database DSN")
         with psycopg.connect(self.admin_dsn, connect_timeout=5) as conn:
             states = dict(conn.execute("SELECT id::text, state FROM operations").fetchall())
-        s3 = make_s3_client(StorageConfig(self.s3_endpoint, bucket=self.bucket, read_timeout=10))
+        s3 = s3_client(self.s3_endpoint, self.bucket, self.region)
         complete: set[str] = set()
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
                                                                  Prefix="artifacts/"):
@@ -184,18 +185,29 @@ class ControlPlaneAdapter:
         return counts
 
     def _objects(self, path: Path) -> int:
-        return write_objects(self.s3_endpoint, self.bucket, path)
+        if not (self.s3_endpoint or self.region):
+            path.write_text("")
+            return 0
+        return write_objects(s3_client(self.s3_endpoint, self.bucket, self.region), self.bucket, path)
 
 
-def write_objects(s3_endpoint: str | None, bucket: str, path: Path) -> int:
+def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> Any:
+    """The local S3 endpoint (moto, test keys), or with no endpoint real AWS S3 in ``region``
+    through the default credential chain (IRSA in the game-day pod)."""
+    if endpoint:
+        from controlplane.storage import StorageConfig, make_s3_client
+
+        return make_s3_client(StorageConfig(endpoint, bucket=bucket, read_timeout=10))
+    if not region:
+        raise PlatformError("object storage: neither an S3 endpoint nor an AWS region is known")
+    import boto3
+
+    return boto3.client("s3", region_name=region)
+
+
+def write_objects(s3: Any, bucket: str, path: Path) -> int:
     """snapshot/objects.jsonl: the bucket's listing with sha256, manifests parsed (shared by
-    every adapter whose platform writes to the environment's S3 store)."""
-    if not s3_endpoint:
-        path.write_text("")
-        return 0
-    from controlplane.storage import StorageConfig, make_s3_client
-
-    s3 = make_s3_client(StorageConfig(s3_endpoint, bucket=bucket, read_timeout=10))
+    every adapter whose platform writes to the environment's S3 store, and cloud runs)."""
     listing = [obj for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
                for obj in page.get("Contents", [])]
 

@@ -69,10 +69,19 @@ def game_day_fault_statements(
         {"Sid": "DatabaseFailover", "Effect": "Allow",
          "Action": ["rds:DescribeDBInstances", "rds:RebootDBInstance"],
          "Resource": [arn("arn:aws:rds:", region, ":", account_id, ":db:", database_identifier)]},
-        # Only the bucket *policy* (artifact_store_unreachable adds/removes a Deny); no data access.
+        # The bucket *policy* (artifact_store_unreachable adds/removes a Deny) ...
         {"Sid": "ArtifactStoreUnreachable", "Effect": "Allow",
          "Action": ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"],
          "Resource": [arn("arn:aws:s3:::", b) for b in bucket_names]},
+        # ... and read-only evidence: the object listing and the completion/checkpoint manifests
+        # (snapshot/objects.jsonl, the store-vs-artifacts reconciliation). Never write/delete.
+        {"Sid": "EvidenceReadOnly", "Effect": "Allow",
+         "Action": ["s3:ListBucket"],
+         "Resource": [arn("arn:aws:s3:::", b) for b in bucket_names]},
+        {"Sid": "EvidenceManifestsReadOnly", "Effect": "Allow",
+         "Action": ["s3:GetObject"],
+         "Resource": [arn("arn:aws:s3:::", b, "/", prefix, "*")
+                      for b in bucket_names for prefix in ("artifacts/", "checkpoints/")]},
         {"Sid": "NodeGroupScaling", "Effect": "Allow",
          "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
          "Resource": [arn("arn:aws:eks:", region, ":", account_id, ":nodegroup/", cluster_name, "/", ng, "/*")

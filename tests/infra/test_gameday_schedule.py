@@ -206,7 +206,7 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
     assert sorted(by_action) == sorted([
         "rds:DescribeDBInstances", "rds:RebootDBInstance", "s3:GetBucketPolicy", "s3:PutBucketPolicy",
         "s3:DeleteBucketPolicy", "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig",
-        "ec2:DescribeInstances", "ec2:TerminateInstances"])
+        "ec2:DescribeInstances", "ec2:TerminateInstances", "s3:ListBucket", "s3:GetObject"])
     # Every resource is one of this stack's, except DescribeInstances (no resource-level permissions).
     for action, st in by_action.items():
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
@@ -219,6 +219,10 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
     assert by_action["rds:RebootDBInstance"]["Resource"] == [f"arn:aws:rds:eu-west-1:123456789012:db:{db}"]
     bucket = _bucket_id(run)
     assert by_action["s3:PutBucketPolicy"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
+    # evidence is read-only: the listing, and objects under the two manifest prefixes only
+    assert by_action["s3:ListBucket"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
+    assert by_action["s3:GetObject"]["Resource"] == [
+        f"arn:aws:s3:::{bucket}/artifacts/*", f"arn:aws:s3:::{bucket}/checkpoints/*"]
     groups = {r.props["labels"]["platform.gameday/pool"]: r.props["nodeGroupName"]
               for r in run.of_type("eks:index:ManagedNodeGroup")}
     cluster = run.one("eks:index:Cluster").props["name"]
