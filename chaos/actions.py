@@ -15,11 +15,28 @@ from chaos.context import ChaosError, Context, utcnow
 from gameday.platforms import PlatformError, SubmitRequest, Workload
 
 __all__ = [
-    "kill", "hang", "resume", "stop", "start", "crash_database_primary", "fail_over_database",
-    "make_artifact_store_unreachable", "restore_artifact_store", "make_registry_unreachable",
-    "restore_registry", "withdraw_pool", "restore_pool", "partition_agent", "heal_agent",
-    "partition_agent_running", "heal_partitioned", "kill_agent_during_checkpoint", "stop_agents_in_region",
-    "submit_workloads", "wait_for_operations", "restore_all",
+    "crash_database_primary",
+    "fail_over_database",
+    "hang",
+    "heal_agent",
+    "heal_partitioned",
+    "kill",
+    "kill_agent_during_checkpoint",
+    "make_artifact_store_unreachable",
+    "make_registry_unreachable",
+    "partition_agent",
+    "partition_agent_running",
+    "restore_all",
+    "restore_artifact_store",
+    "restore_pool",
+    "restore_registry",
+    "resume",
+    "start",
+    "stop",
+    "stop_agents_in_region",
+    "submit_workloads",
+    "wait_for_operations",
+    "withdraw_pool",
 ]
 
 Configuration = dict[str, Any] | None

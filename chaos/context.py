@@ -11,7 +11,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ class ChaosError(Exception):
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 @dataclass
@@ -115,9 +115,8 @@ class Context:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
-            for ack in acks:
-                f.write(json.dumps({"operation_id": ack.operation_id,
+            f.writelines(json.dumps({"operation_id": ack.operation_id,
                                     "idempotency_key": ack.idempotency_key,
                                     "acked_at": ack.acked_at, "project": project,
                                     "status": ack.status, "source": source,
-                                    "request": getattr(ack, "request", None)}) + "\n")
+                                    "request": getattr(ack, "request", None)}) + "\n" for ack in acks)

@@ -11,10 +11,19 @@ from chaos.context import ChaosError, Context, utcnow
 from gameday.platforms import PlatformError, SubmitRequest, Workload
 
 __all__ = [
-    "api_ready", "submission_acknowledged", "database_writable", "environment_healthy",
-    "operations_in_state", "operations_blocked_with_reason", "single_terminal_attempt",
-    "stale_report_refused", "attempts_bounded", "resumed_with_identical_weights",
-    "errors_kept", "never_ran_outside", "store_and_artifacts_reconciled",
+    "api_ready",
+    "attempts_bounded",
+    "database_writable",
+    "environment_healthy",
+    "errors_kept",
+    "never_ran_outside",
+    "operations_blocked_with_reason",
+    "operations_in_state",
+    "resumed_with_identical_weights",
+    "single_terminal_attempt",
+    "stale_report_refused",
+    "store_and_artifacts_reconciled",
+    "submission_acknowledged",
 ]
 
 Configuration = dict[str, Any] | None

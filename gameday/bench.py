@@ -162,7 +162,7 @@ def _rss_mib(pid: int) -> float:
 def _tree_pids(pid: int) -> list[int]:
     import subprocess
 
-    out = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True, check=False).stdout
     return [int(p) for p in out.split()] or [pid]
 
 

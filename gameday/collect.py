@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,12 @@ class CollectError(Exception):
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _parse(t: str) -> datetime:
-    d = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+    d = datetime.fromisoformat(t)
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
 def merge_ledgers(run_dir: Path) -> int:

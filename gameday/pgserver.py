@@ -69,7 +69,7 @@ class PostgresServer:
             rc = subprocess.run(
                 [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
                  "--no-sync", "-E", "UTF8", "--locale=C"],
-                stdout=out, stderr=subprocess.STDOUT, **run_as).returncode  # type: ignore[call-overload]
+                stdout=out, stderr=subprocess.STDOUT, check=False, **run_as).returncode  # type: ignore[call-overload]
         if rc != 0:
             raise PostgresError(f"initdb failed: {log.read_text()[-2000:]}")
         self.port = self.port or free_port()

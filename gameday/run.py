@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from gameday import collect
 from gameday.schedule import (
-    DEFAULT_FREEZE_FILE, GameDayLock, ScheduleError, active_freeze, load_freeze_windows,
+    DEFAULT_FREEZE_FILE,
+    GameDayLock,
+    ScheduleError,
+    active_freeze,
+    load_freeze_windows,
 )
 from gameday.suites import SuiteError, experiment_names, load_experiment
 
@@ -100,7 +104,7 @@ def preflight(opts: Options) -> list[str]:
                                 "JSON of `pulumi stack output --json -s <stack>`)")
         if opts.env == "prod" and not opts.allow_prod:
             raise ScheduleError("refusing to inject faults into prod without --allow-prod")
-    window = active_freeze(opts.now or datetime.now(timezone.utc), opts.env,
+    window = active_freeze(opts.now or datetime.now(UTC), opts.env,
                            load_freeze_windows(opts.freeze_file))
     if window is not None:
         raise ScheduleError(f"inside freeze window {window.name!r} for {opts.env} "
@@ -260,7 +264,7 @@ def run_gameday(opts: Options, console: Console) -> int:
                       f"{running!r}, not {opts.platform!r}: `gameday env down` it first or use "
                       "another --env-name")
         return EXIT_REFUSED
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
     run_dir = (opts.runs_dir / run_id).resolve()
     lock = GameDayLock(env.state_dir / "gameday.lock")
     try:
@@ -289,7 +293,7 @@ def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     try:
         env = CloudEnvironment.from_target(opts.target, opts.env, home=opts.home,
                                            allow_prod=opts.allow_prod)
-        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+        run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
         run_dir = (opts.runs_dir / run_id).resolve()
         lock = env.lock(run_id)
         lock.acquire({"run_id": run_id, "run_dir": str(run_dir),
@@ -353,7 +357,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         scenario = load_scenario(opts.load_scenario)
         scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
             update={"image": eps["image"]})})
-        project, token = sorted(env.tokens["projects"].items())[0]
+        project, token = min(env.tokens["projects"].items())
         # cloud: the load is aimed at the stack on purpose (allow_remote); no S3 endpoint URL
         # there, so the artifact reader is off (its downloads need IAM, not a URL)
         load = runner.start_background(scenario, eps["api"], token, run_dir,

@@ -7,9 +7,9 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, time, timezone
+from datetime import UTC, datetime, time
 from pathlib import Path
-from typing import Any, IO, Literal
+from typing import IO, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -63,12 +63,12 @@ def load_freeze_windows(path: Path) -> list[Window]:
 
 def active_freeze(now: datetime, env: str, windows: list[Window]) -> Window | None:
     """The first declared window that covers ``now`` for ``env`` (pure)."""
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     for w in windows:
         if env not in w.envs and "*" not in w.envs:
             continue
         if w.start is not None and w.end is not None:
-            start, end = (t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (w.start, w.end))
+            start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (w.start, w.end))
             if start <= now < end:
                 return w
         if w.weekly is not None:

@@ -24,7 +24,7 @@ class JsonlWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         # held open for the process's life: one append + flush per line
-        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file: IO[str] = open(path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")

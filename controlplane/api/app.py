@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Annotated, Any
 
 import psycopg
@@ -20,15 +21,22 @@ from controlplane import metrics
 from controlplane.api import serialize
 from controlplane.db import make_pool
 from controlplane.models import (
-    AgentRegistration, AttemptEvents, AttemptHeartbeat, AttemptReport, BreakerOverride,
-    CancelRequest, ClaimRequest, OperationSpec, RouteOverride, SideEffectRequest,
+    AgentRegistration,
+    AttemptEvents,
+    AttemptHeartbeat,
+    AttemptReport,
+    BreakerOverride,
+    CancelRequest,
+    ClaimRequest,
+    OperationSpec,
+    RouteOverride,
+    SideEffectRequest,
 )
 from controlplane.states import OpState
-from controlplane.store import Conflict, InvalidReference, NotFound, StaleReport
+from controlplane.store import Conflict, InvalidReference, NotFound, StaleReport, scheduling
 from controlplane.store import agents as agent_store
 from controlplane.store import auth as auth_store
 from controlplane.store import operations as op_store
-from controlplane.store import scheduling
 
 log = logging.getLogger("controlplane.api")
 
@@ -82,7 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
                     async with pool.connection() as c:
                         await op_store.submit(c, project_id=project_id, key=key, spec=doc,
                                               actor=actor, op_id=op_id)
-                except Exception:  # noqa: BLE001 - the unsafe mode loses work by design
+                except Exception:
                     log.exception("write-behind insert failed", extra={"operation_id": op_id})
 
     @asynccontextmanager
@@ -225,12 +233,12 @@ def create_app(settings: Settings) -> FastAPI:
 
     def _unsafe_ack(p: auth_store.Principal, key: str, doc: dict[str, Any]) -> dict[str, Any]:
         import uuid
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         op_id = str(uuid.uuid4())
         write_behind.append((op_id, p.project_id or "", key, doc, f"user:{p.project}"))
         metrics.SUBMISSIONS.labels(p.project, doc["queue"], "accepted").inc()
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         row = {"id": op_id, "spec": doc, "state": "accepted", "state_reason": "acknowledged",
                "pending_reason": None, "attempt_count": 0, "idempotency_key": key,
                "current_attempt_id": None, "pinned_agent": None, "created_at": now,

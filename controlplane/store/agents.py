@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -239,9 +239,9 @@ async def fail_or_retry(conn: AsyncConnection, op_id: Any, attempt: dict[str, An
 
 
 def _in_seconds(seconds: float) -> Any:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 async def note_agent_failure(conn: AsyncConnection, agent_id: Any, op_id: Any, agent_name: str,

@@ -104,7 +104,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         ts, op_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
         return datetime.fromisoformat(ts), uuid.UUID(op_id)
-    except Exception as exc:  # noqa: BLE001 - any malformed cursor is the same client error
+    except Exception as exc:
         raise InvalidReference("cursor is malformed; pass next_cursor from a previous page") from exc
 
 
@@ -167,21 +167,20 @@ async def side_effect(conn: AsyncConnection, op_id: str, project_id: str | None,
     op = await get(conn, op_id, project_id)
     receipt = {"receipt_id": str(uuid.uuid4()), "action_id": action_id, "kind": kind,
                "operation_id": str(op["id"])}
-    async with conn.transaction():
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "INSERT INTO side_effects (operation_id, action_id, kind, payload, receipt)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING *",
-                (op["id"], action_id, kind, Jsonb(payload), Jsonb(receipt)))
-            row = await cur.fetchone()
-            if row is not None:
-                await record_event(conn, op["id"], actor=actor, kind="side_effect",
-                                   reason=f"{kind} recorded", data=receipt)
-                return row, True
-            await cur.execute(
-                "SELECT * FROM side_effects WHERE operation_id = %s AND action_id = %s",
-                (op["id"], action_id))
-            existing = await cur.fetchone()
+    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "INSERT INTO side_effects (operation_id, action_id, kind, payload, receipt)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING *",
+            (op["id"], action_id, kind, Jsonb(payload), Jsonb(receipt)))
+        row = await cur.fetchone()
+        if row is not None:
+            await record_event(conn, op["id"], actor=actor, kind="side_effect",
+                               reason=f"{kind} recorded", data=receipt)
+            return row, True
+        await cur.execute(
+            "SELECT * FROM side_effects WHERE operation_id = %s AND action_id = %s",
+            (op["id"], action_id))
+        existing = await cur.fetchone()
     assert existing is not None
     if existing["kind"] != kind or existing["payload"] != payload:
         raise Conflict(f"action_id {action_id!r} was already recorded with a different "

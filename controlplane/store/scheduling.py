@@ -6,6 +6,7 @@ routing so capacity is never double-booked)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -347,6 +348,6 @@ async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[s
 
 
 def _now() -> Any:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

@@ -55,7 +55,7 @@ class ControlPlaneAdapter:
         projects = tokens.get("projects") or tokens.get("project_tokens") or {}
         if not projects:
             raise PlatformError("environment has no project token (env.json: tokens.projects)")
-        project, token = sorted(projects.items())[0]
+        project, token = min(projects.items())
         return cls(endpoints["api"], token, project, admin_dsn=endpoints.get("dsn"),
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),

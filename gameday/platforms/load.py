@@ -62,8 +62,8 @@ class AdapterLoad:
 
     def __post_init__(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._requests = open(self.out_dir / "requests.jsonl", "a")  # noqa: SIM115 - closed in stop()
-        self._ledger = open(self.out_dir / "ledger.jsonl", "a")  # noqa: SIM115 - closed in stop()
+        self._requests = open(self.out_dir / "requests.jsonl", "a")
+        self._ledger = open(self.out_dir / "ledger.jsonl", "a")
         self._rng = random.Random(self.seed)
 
     # -- records ---------------------------------------------------------------------------

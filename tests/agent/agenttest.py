@@ -66,7 +66,7 @@ class ProcessSupervisor:
 
     def start(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None,
               cwd: Path | None = None) -> Proc:
-        log = open(log_path, "wb")  # noqa: SIM115 - kept open for the child's lifetime
+        log = open(log_path, "wb")
         popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
         log.close()

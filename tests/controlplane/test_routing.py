@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.routing import (
-    Destination, Outcome, PendingReason, Requirement, image_registry, ineligibility, route,
+    Destination,
+    Outcome,
+    PendingReason,
+    Requirement,
+    image_registry,
+    ineligibility,
+    route,
 )
 
 REGIONS = ["region-1", "region-2", "region-3"]
@@ -56,9 +62,9 @@ def test_never_routes_to_an_ineligible_destination(req: Requirement,
 
 
 def _dest(name: str, **kw: object) -> Destination:
-    base = dict(agent_id=name, name=name, pool="cpu", zone="zone-a", region="region-1",
-                cpu_slots=4, accelerator_type=None, accelerator_count=0, datasets=(),
-                registries=())
+    base = {"agent_id": name, "name": name, "pool": "cpu", "zone": "zone-a", "region": "region-1",
+            "cpu_slots": 4, "accelerator_type": None, "accelerator_count": 0, "datasets": (),
+            "registries": ()}
     base.update(kw)
     return Destination(**base)  # type: ignore[arg-type]
 

@@ -42,7 +42,7 @@ def test_no_eligible_destination_blocks_with_reason_then_unblocks(user: Api, age
     wait_state(user, op["id"], "dispatched")
     claim = claim_one(agent, r2)
     assert claim["operation_id"] == op["id"]
-    routed = [e for e in user.events(op["id"]) if e["to_state"] == "dispatched"][0]
+    routed = next(e for e in user.events(op["id"]) if e["to_state"] == "dispatched")
     assert routed["data"]["agent"] == "cpu-r2" and "cpu-r1" in routed["data"]["rejected"]
 
 
@@ -221,7 +221,7 @@ def test_two_reconcilers_never_double_retry(cp_stack: ControlPlane, user: Api,
         agent.report(c, "running")
     # the agent dies: every lease expires at about the same time, both reconcilers see them
     for op_id in ops:
-        wait_for(lambda: len(user.attempts(op_id)) >= 1 and
+        wait_for(lambda op_id=op_id: len(user.attempts(op_id)) >= 1 and
                  user.attempts(op_id)[0]["state"] == "lost", timeout=20, what="lease expiry")
     time.sleep(1.0)
     with psycopg.connect(cp_stack.dsn) as conn:

@@ -1,11 +1,20 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.policy import ErrorKind, backoff_seconds, decide_retry
-from controlplane.states import TERMINAL, TRANSITIONS, IllegalTransition, OpState, check_transition, sources_of
+from controlplane.states import (
+    TERMINAL,
+    TRANSITIONS,
+    IllegalTransition,
+    OpState,
+    check_transition,
+    sources_of,
+)
 
 
 def test_terminal_states_have_no_exit() -> None:
@@ -19,7 +28,7 @@ def test_terminal_states_have_no_exit() -> None:
 def test_required_paths_are_legal() -> None:
     path = ["accepted", "queued", "dispatched", "running", "retrying", "queued", "dispatched",
             "running", "succeeded"]
-    for a, b in zip(path, path[1:]):
+    for a, b in itertools.pairwise(path):
         check_transition(a, b)
     check_transition("accepted", "blocked")
     check_transition("blocked", "queued")

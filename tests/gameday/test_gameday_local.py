@@ -29,7 +29,7 @@ def gameday(*args: str, home: Path, extra_env: dict[str, str] | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GAMEDAY_HOME": str(home), **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "gameday.cli", *args], env=env, text=True,
-                          capture_output=True, timeout=timeout)
+                          capture_output=True, timeout=timeout, check=False)
 
 
 @pytest.fixture

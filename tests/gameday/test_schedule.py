@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from gameday.schedule import (
-    DEFAULT_FREEZE_FILE, GameDayLock, ScheduleError, active_freeze, load_freeze_windows,
+    DEFAULT_FREEZE_FILE,
+    GameDayLock,
+    ScheduleError,
+    active_freeze,
+    load_freeze_windows,
 )
 
 
@@ -22,10 +26,10 @@ def test_absolute_window_applies_only_to_its_envs(tmp_path: Path) -> None:
     ws = _windows(tmp_path, """windows:
   - {name: release, envs: [prod], start: "2026-12-01T00:00:00Z", end: "2026-12-02T00:00:00Z"}
 """)
-    inside = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    inside = datetime(2026, 12, 1, 12, tzinfo=UTC)
     assert active_freeze(inside, "prod", ws).name == "release"  # type: ignore[union-attr]
     assert active_freeze(inside, "staging", ws) is None
-    assert active_freeze(datetime(2026, 12, 2, tzinfo=timezone.utc), "prod", ws) is None
+    assert active_freeze(datetime(2026, 12, 2, tzinfo=UTC), "prod", ws) is None
 
 
 def test_weekly_window_including_one_spanning_midnight(tmp_path: Path) -> None:
@@ -33,10 +37,10 @@ def test_weekly_window_including_one_spanning_midnight(tmp_path: Path) -> None:
   - {name: business, envs: ["*"], weekly: {days: [mon], from: "08:00", to: "18:00"}}
   - {name: night, envs: [prod], weekly: {days: [fri], from: "22:00", to: "02:00"}}
 """)
-    monday_noon = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)  # a Monday
+    monday_noon = datetime(2026, 11, 30, 12, tzinfo=UTC)  # a Monday
     assert active_freeze(monday_noon, "local", ws).name == "business"  # type: ignore[union-attr]
     assert active_freeze(monday_noon.replace(hour=19), "local", ws) is None
-    saturday_1am = datetime(2026, 12, 5, 1, tzinfo=timezone.utc)
+    saturday_1am = datetime(2026, 12, 5, 1, tzinfo=UTC)
     assert active_freeze(saturday_1am, "prod", ws).name == "night"  # type: ignore[union-attr]
     assert active_freeze(saturday_1am.replace(hour=3), "prod", ws) is None
 

@@ -33,7 +33,7 @@ class Procs:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed right after
+        out = open(log, "ab")
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              env={**os.environ, **(env or {})}, start_new_session=True,
                              cwd=log.parent)
