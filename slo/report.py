@@ -116,7 +116,8 @@ def render_markdown(verdict: Verdict) -> str:
         for a in e.alerts:
             lines.append(
                 f"- alert {a.name}: "
-                + (f"fired after {_secs(a.fired_after_seconds)}" if a.fired else "**silent**")
+                + (f"fired after {_secs(a.fired_after_seconds)}" if a.fired
+                   else "**silent**" if a.required else f"silent, correctly ({a.note})")
             )
     return "\n".join(lines) + "\n"
 

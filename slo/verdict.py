@@ -69,6 +69,10 @@ class AlertResult(_M):
     fired: bool
     fired_at: float | None
     fired_after_seconds: float | None
+    # False when the SLO the alert guards stayed within its objective during the fault: a
+    # burn-rate alert must not page then, so silence is correct (not a detection gap)
+    required: bool = True
+    note: str | None = None
 
 
 class ExperimentResult(_M):

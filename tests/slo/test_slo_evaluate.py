@@ -88,14 +88,27 @@ def test_expected_alert_fired_or_silent(make_run) -> None:
     run = make_run(
         ExperimentFixture("node-pool-exhausted", alerts={"QueueAgeBurnRate": delay}),
         ExperimentFixture("registry-failure"),
+        ExperimentFixture("db-primary-loss", api_error_seconds=3 * STEP),
     )
     verdict = evaluate_run(run.path)
     fired = _check(verdict, "node-pool-exhausted.alert.QueueAgeBurnRate")
     assert fired.status == "pass" and fired.measured == pytest.approx(delay)
-    silent = _check(verdict, "registry-failure.alert.StartupSuccessBurnRate")
+    # the SLO it guards was breached and the alert never fired: a detection gap
+    silent = _check(verdict, "db-primary-loss.alert.ApiAvailabilityBurnRate")
     assert silent.status == "fail" and silent.measured is None
-    assert any("StartupSuccessBurnRate stayed silent" in f for f in verdict.findings)
+    assert any("ApiAvailabilityBurnRate stayed silent" in f for f in verdict.findings)
     assert verdict.experiments[0].detection_seconds == pytest.approx(delay)  # no SLI breached first
+
+
+def test_silent_alert_is_correct_when_its_slo_was_never_breached(make_run) -> None:
+    # no startup failed: a burn-rate alert on startup success has nothing to page on
+    verdict = evaluate_run(make_run(ExperimentFixture("registry-failure")).path)
+    check = _check(verdict, "registry-failure.alert.StartupSuccessBurnRate")
+    assert check.status == "pass" and check.measured is None
+    assert "silent, correctly: startup-success stayed within its objective" in check.message
+    (alert,) = verdict.experiments[0].alerts
+    assert alert.required is False and not alert.fired
+    assert not any("stayed silent" in f for f in verdict.findings)
 
 
 def test_deviated_experiment_exits_1(make_run) -> None:
