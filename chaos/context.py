@@ -119,4 +119,4 @@ class Context:
                                     "idempotency_key": ack.idempotency_key,
                                     "acked_at": ack.acked_at, "project": project,
                                     "status": ack.status, "source": source,
-                                    "request": getattr(ack, "request", None)}) + "\n" for ack in acks)
+                                    "request": ack.request}) + "\n" for ack in acks)

@@ -47,12 +47,15 @@ def _report_path(ctx: Context) -> Path:
     return ctx.run_dir / "experiments" / ctx.experiment / "restore.json"
 
 
-def _save(ctx: Context, key: str, value: Any) -> None:
+def _report(ctx: Context) -> dict[str, Any]:
     path = _report_path(ctx)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[key] = value
-    path.write_text(json.dumps(data, indent=2, default=str))
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(ctx: Context, key: str, value: Any) -> None:
+    data = {**_report(ctx), key: value}
+    _report_path(ctx).parent.mkdir(parents=True, exist_ok=True)
+    _report_path(ctx).write_text(json.dumps(data, indent=2, default=str))
 
 
 def _ledger_files(run_dir: Path) -> list[Path]:
@@ -65,7 +68,7 @@ def _ledger_files(run_dir: Path) -> list[Path]:
 
 # -- actions --------------------------------------------------------------------------------
 def take_database_backup(configuration: Configuration = None, secrets: Secrets = None) -> dict:
-    """A base backup of the control-plane database; its restore point is when it finished."""
+    """A base backup of the control-plane database; its restore point is when it started."""
     ctx = _ctx(configuration)
     meta = _backups(ctx).take()
     _save(ctx, "backup", meta)
@@ -83,7 +86,7 @@ def restore_database_from_backup(backup: str = "latest", configuration: Configur
     ctx = _ctx(configuration)
     backup_id = backup
     if backup == "taken":  # the one this experiment took
-        taken = json.loads(_report_path(ctx).read_text()).get("backup") if _report_path(ctx).exists() else None
+        taken = _report(ctx).get("backup")
         if not taken:
             raise ChaosError("no backup was taken in this experiment (run take_database_backup first)")
         backup_id = taken["id"]
@@ -96,10 +99,10 @@ def reconcile_after_restore(configuration: Configuration = None, secrets: Secret
     """Step 5: quarantine artifacts the restored store does not know; list the acknowledged
     submissions it lost (from this run's client ledgers) for replay after the reopen."""
     ctx = _ctx(configuration)
-    data = json.loads(_report_path(ctx).read_text()) if _report_path(ctx).exists() else {}
-    if not data.get("restore"):
+    restored = _report(ctx).get("restore")
+    if not restored:
         raise ChaosError("nothing was restored in this experiment: reconcile runs after the restore")
-    report = _backups(ctx).reconcile(data["restore"], _ledger_files(ctx.run_dir))
+    report = _backups(ctx).reconcile(restored, _ledger_files(ctx.run_dir))
     _save(ctx, "reconciliation", report)
     return report
 
@@ -108,10 +111,8 @@ def reopen_after_restore(configuration: Configuration = None, secrets: Secrets =
     """Step 6: reconciler, agents, then intake; then the lost acknowledgements are replayed
     with their idempotency keys (only the API creates operations)."""
     ctx = _ctx(configuration)
-    backups = _backups(ctx)
-    out = backups.reopen()
-    data = json.loads(_report_path(ctx).read_text()) if _report_path(ctx).exists() else {}
-    out["replayed"] = backups.replay((data.get("reconciliation") or {}).get("replay_pending", []))
+    pending = (_report(ctx).get("reconciliation") or {}).get("replay_pending", [])
+    out = _backups(ctx).reopen_and_replay(pending)
     out["replay_failed"] = [r for r in out["replayed"] if r["error"]]
     _save(ctx, "reopen", out)
     if out["replay_failed"]:
@@ -125,12 +126,11 @@ def acknowledged_submissions_present(configuration: Configuration = None,
                                      secrets: Secrets = None) -> dict:
     """Every acknowledged (project, idempotency key) in this run's client ledgers is in the
     store: the durability promise, checked right now rather than only at the end."""
-    from controlplane.restore_reconcile import load_operations, read_ledgers
+    from controlplane.restore_reconcile import load_operations, lost_acknowledgements, read_ledgers
 
     ctx = Context.from_configuration(configuration)
-    dsn = ctx.env.endpoints["dsn"]
-    present = {(o.project, o.idempotency_key) for o in load_operations(dsn)}
-    acked = {(line.project, line.idempotency_key) for line in read_ledgers(_ledger_files(ctx.run_dir))}
-    missing = sorted(k for p, k in acked - present)
-    return {"acknowledged": len(acked), "missing": missing[:20], "missing_count": len(missing),
-            "all_present": not missing}
+    ledger = read_ledgers(_ledger_files(ctx.run_dir))
+    missing = [x.idempotency_key for x in
+               lost_acknowledgements(load_operations(ctx.env.endpoints["dsn"]), ledger)]
+    return {"acknowledged": len({(x.project, x.idempotency_key) for x in ledger}),
+            "missing": missing[:20], "missing_count": len(missing), "all_present": not missing}

@@ -63,7 +63,6 @@ def plan(operations: Iterable[StoredOperation], object_keys: Iterable[str],
     """Decide what step 5 does. ``restore_point``: the time the restored data is consistent
     to; a lost acknowledgement from before it means the backup itself was incomplete."""
     ops = {o.id: o for o in operations}
-    keys_present = {(o.project, o.idempotency_key) for o in ops.values() if o.idempotency_key}
     out = Plan()
     manifests: dict[str, list[str]] = {}
     unknown_ops: set[str] = set()
@@ -86,18 +85,31 @@ def plan(operations: Iterable[StoredOperation], object_keys: Iterable[str],
             out.complete_but_not_terminal += [f"{op.id} {op.state} {k}" for k in manifests.get(op.id, [])]
         elif op.state == "succeeded" and op.id not in manifests:
             out.succeeded_without_manifest.append(op.id)
-    seen: set[tuple[str, str]] = set()
-    for line in sorted(ledger, key=lambda entry: entry.acked_at):
-        k = (line.project, line.idempotency_key)
-        if k in seen or k in keys_present or line.operation_id in ops:
-            continue
-        seen.add(k)
+    for line in lost_acknowledgements(ops.values(), ledger):
         if _parse(line.acked_at) < restore_point:
             out.lost_before_restore_point.append(line)
         elif line.request is None:
             out.unreplayable.append(line)
         else:
             out.replay.append(line)
+    return out
+
+
+def lost_acknowledgements(operations: Iterable[StoredOperation],
+                          ledger: Iterable[LedgerLine]) -> list[LedgerLine]:
+    """The first acknowledgement of each (project, key) the store has neither by key nor by
+    operation id (as the durability SLI matches, slo/sli.py), oldest first."""
+    ops = list(operations)
+    ids = {o.id for o in ops}
+    keys = {(o.project, o.idempotency_key) for o in ops if o.idempotency_key}
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for line in sorted(ledger, key=lambda entry: entry.acked_at):
+        k = (line.project, line.idempotency_key)
+        if k in seen or k in keys or line.operation_id in ids:
+            continue
+        seen.add(k)
+        out.append(line)
     return out
 
 

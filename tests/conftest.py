@@ -11,6 +11,9 @@ import pytest
 from controlplane.launch import ControlPlane
 from gameday.pgserver import PostgresServer
 
+# the recorded-cluster Kubernetes stub (`fake_cluster`), used by tests/chaos and tests/gameday
+pytest_plugins = ["tests.chaos.fake_kube"]
+
 _counter = itertools.count()
 
 

@@ -185,10 +185,7 @@ class ControlPlaneAdapter:
         return counts
 
     def _objects(self, path: Path) -> int:
-        if not (self.s3_endpoint or self.region):
-            path.write_text("")
-            return 0
-        return write_objects(s3_client(self.s3_endpoint, self.bucket, self.region), self.bucket, path)
+        return snapshot_objects(self.s3_endpoint, self.bucket, path, self.region)
 
 
 def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> Any:
@@ -203,6 +200,14 @@ def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> A
     import boto3
 
     return boto3.client("s3", region_name=region)
+
+
+def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str | None = None) -> int:
+    """objects.jsonl of a platform snapshot; empty when the environment names no object store."""
+    if not (endpoint or region):
+        path.write_text("")
+        return 0
+    return write_objects(s3_client(endpoint, bucket, region), bucket, path)
 
 
 def write_objects(s3: Any, bucket: str, path: Path) -> int:

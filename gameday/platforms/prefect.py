@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
-from gameday.platforms.controlplane import _write_jsonl, s3_client, write_objects
+from gameday.platforms.controlplane import _write_jsonl, snapshot_objects
 
 PROJECT = "prefect"
 EVENT_PREFIX = "@event "
@@ -315,12 +315,7 @@ class PrefectAdapter:
         for name, rows in (("operations", ops), ("attempts", attempts), ("events", events)):
             _write_jsonl(out / f"{name}.jsonl", rows)
         counts = {"operations": len(ops), "attempts": len(attempts), "events": len(events)}
-        if self.s3_endpoint:
-            counts["objects"] = write_objects(s3_client(self.s3_endpoint, self.bucket), self.bucket,
-                                              out / "objects.jsonl")
-        else:
-            (out / "objects.jsonl").write_text("")
-            counts["objects"] = 0
+        counts["objects"] = snapshot_objects(self.s3_endpoint, self.bucket, out / "objects.jsonl")
         return counts
 
 

@@ -216,6 +216,13 @@ class DatabaseBackups:
         projects = self.env.tokens.get("projects", {})
         return [replay(self.env.endpoints["api"], projects, LedgerLine(**line)) for line in pending]
 
+    def reopen_and_replay(self, pending: list[dict[str, Any]],
+                          reporter: Reporter | None = None) -> dict[str, Any]:
+        """Step 6 then the owners' replay: intake must be open before anything is re-sent."""
+        out = self.reopen(reporter)
+        out["replayed"] = self.replay(pending)
+        return out
+
     def restore_order(self, backup_id: str = "latest", ledger_files: tuple[Path, ...] = (),
                       reopen: bool = True, reporter: Reporter | None = None) -> dict[str, Any]:
         """The whole order (1-6) for `gameday env restore-db`; each step's result is kept."""
@@ -226,8 +233,9 @@ class DatabaseBackups:
         if not reopen:
             say("intake left closed (--keep-closed): `gameday fault restore-all` re-opens it")
             return out
-        out["reopen"] = self.reopen(say)
-        out["replayed"] = self.replay(out["reconciliation"].pop("replay_pending", []))
+        reopened = self.reopen_and_replay(out["reconciliation"].pop("replay_pending", []), say)
+        out["replayed"] = reopened.pop("replayed")
+        out["reopen"] = reopened
         return out
 
     def _forget_cluster(self) -> None:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from chaos.drivers.cloud import FaultState
 from chaos.drivers.kubernetes import KubernetesFaults, KubeTarget
 from tests.chaos.fake_kube import FakeCluster
-
-
-@pytest.fixture
-def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeCluster]:
-    """Every CoreV1/AppsV1/NetworkingV1Api built by our drivers or by chaosk8s is the fake."""
-    fake = FakeCluster()
-    for api in ("CoreV1Api", "AppsV1Api", "NetworkingV1Api"):
-        monkeypatch.setattr(client, api, lambda *_a, **_k: fake)
-    # No kubeconfig and not in a pod: chaosk8s builds an unused localhost ApiClient.
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    monkeypatch.delenv("CHAOSTOOLKIT_IN_POD", raising=False)
-    monkeypatch.delenv("KUBERNETES_CONTEXT", raising=False)
-    yield fake
 
 
 @pytest.fixture

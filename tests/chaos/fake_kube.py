@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -149,3 +151,16 @@ class FakeCluster:
         self._get("networkpolicies", namespace, name)
         self.objects["networkpolicies"][(namespace, name)] = copy.deepcopy(self._body(body))
         self.writes.append(("replace", "networkpolicy", f"{namespace}/{name}"))
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeCluster]:
+    """Every CoreV1/AppsV1/NetworkingV1Api built by our drivers or by chaosk8s is the fake."""
+    fake = FakeCluster()
+    for api in ("CoreV1Api", "AppsV1Api", "NetworkingV1Api"):
+        monkeypatch.setattr(client, api, lambda *_a, **_k: fake)
+    # No kubeconfig and not in a pod: chaosk8s builds an unused localhost ApiClient.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.delenv("CHAOSTOOLKIT_IN_POD", raising=False)
+    monkeypatch.delenv("KUBERNETES_CONTEXT", raising=False)
+    yield fake

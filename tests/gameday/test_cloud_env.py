@@ -5,13 +5,11 @@ is the hand-written stub of tests/chaos/fake_kube.py (recorded EKS objects), AWS
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from kubernetes import client
 
 from chaos.context import CLOUD_STATE_ENV, CLOUD_TARGET_ENV, ChaosError, Context
 from gameday.cli import main
@@ -46,17 +44,10 @@ def secrets(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return SECRETS
 
 
-@pytest.fixture
-def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeCluster]:
-    """Every Kubernetes API object our code or chaosk8s builds is the recorded-cluster stub."""
-    fake = FakeCluster()
-    for api in ("CoreV1Api", "AppsV1Api", "NetworkingV1Api"):
-        monkeypatch.setattr(client, api, lambda *_a, **_k: fake)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    monkeypatch.delenv("CHAOSTOOLKIT_IN_POD", raising=False)
+@pytest.fixture(autouse=True)
+def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(var, "testing")
-    yield fake
 
 
 # -- the target file ------------------------------------------------------------------------------

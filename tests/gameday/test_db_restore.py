@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gameday.test_gameday_local import assert_no_processes, gameday, home, only_run  # noqa: F401
+from tests.gameday.localrun import assert_no_processes, gameday, only_run
 
 pytestmark = pytest.mark.slow
 
 
-def test_restore_rehearsal_passes_the_gate_with_nothing_acknowledged_lost(home: Path,  # noqa: F811
+def test_restore_rehearsal_passes_the_gate_with_nothing_acknowledged_lost(home: Path,
                                                                           tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     try:
@@ -75,7 +75,7 @@ def _wait_succeeded(adapter: object, ids: list[str], timeout: float = 90) -> Non
     raise AssertionError(f"not all succeeded: {[adapter.get(i).state for i in ids]}")  # type: ignore[attr-defined]
 
 
-def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Path,  # noqa: F811
+def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Path,
                                                                        tmp_path: Path) -> None:
     from chaos.restore import acknowledged_submissions_present
     from gameday.platforms.controlplane import ControlPlaneAdapter

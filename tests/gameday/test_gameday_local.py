@@ -5,17 +5,11 @@ verdict is recomputable offline from the run directory, and a deliberately broke
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from infra.local import procs
+from tests.gameday.localrun import assert_no_processes, gameday, only_run
 
 pytestmark = pytest.mark.slow
 
@@ -23,35 +17,6 @@ EVIDENCE = ["run.json", "ledger.jsonl", "requests.jsonl", "load_stats.json", "fa
             "snapshot/operations.jsonl", "snapshot/attempts.jsonl", "snapshot/events.jsonl",
             "snapshot/objects.jsonl", "prometheus/alerts.json"]
 OUTPUTS = ["verdict.json", "junit.xml", "report.md", "report.html"]
-
-
-def gameday(*args: str, home: Path, extra_env: dict[str, str] | None = None,
-            timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GAMEDAY_HOME": str(home), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "gameday.cli", *args], env=env, text=True,
-                          capture_output=True, timeout=timeout, check=False)
-
-
-@pytest.fixture
-def home() -> Path:
-    # the postgres OS user must be able to enter the state directory (pytest's tmp_path is 0700)
-    path = Path(tempfile.mkdtemp(prefix="gameday-test-"))
-    path.chmod(0o755)
-    yield path  # type: ignore[misc]
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def only_run(runs: Path) -> Path:
-    (run_dir,) = list(runs.iterdir())
-    return run_dir
-
-
-def assert_no_processes(home: Path) -> None:
-    state = home / ".gameday" / "envs" / "local"
-    deadline = time.monotonic() + 10
-    while procs.marked_processes(state) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert procs.marked_processes(state) == []
 
 
 def test_ci_suite_passes_the_gate_and_is_recomputable(home: Path, tmp_path: Path) -> None:
