@@ -92,6 +92,12 @@ def _say(console: Console, msg: str) -> None:
     console.print(msg, highlight=False)
 
 
+def resolve_home(home: Path | None) -> Path:
+    """The one home of this run: ``home``, else ``$GAMEDAY_HOME``, else the current directory,
+    made absolute once here and handed to every subprocess as it is."""
+    return (home or Path(os.environ.get("GAMEDAY_HOME") or os.getcwd())).resolve()
+
+
 # -- guards -----------------------------------------------------------------------------------
 def preflight(opts: Options) -> list[str]:
     """Everything that must hold before anything is touched. Raises ScheduleError/SuiteError."""
@@ -368,9 +374,10 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         project = getattr(adapter, "project", opts.platform)
         load = adapter_load.start_background(
             lambda: get_adapter(opts.platform, env.endpoints, env.tokens), run_dir)
+    # Exactly the home this process resolved, absolute: Chaos Toolkit runs with the experiment
+    # directory as its cwd, where a "$GAMEDAY_HOME or cwd" lookup would find no environment.
     env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),
-                "GAMEDAY_PLATFORM": opts.platform,
-                "GAMEDAY_HOME": str(opts.home) if opts.home else os.environ.get("GAMEDAY_HOME", "")}
+                "GAMEDAY_PLATFORM": opts.platform, "GAMEDAY_HOME": str(resolve_home(opts.home))}
     if cloud:  # chaos.context builds the same CloudEnvironment from these
         from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 
@@ -430,7 +437,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         prom = collect.query_prometheus(eps["prometheus"], run_dir, started_at, ended_at,
                                         CLOUD_PROM_QUERIES if cloud else PROM_QUERIES)
         try:
-            counts = collect.snapshot(adapter, run_dir)
+            counts = collect.snapshot(adapter, run_dir, since=started_at)
         except RuntimeError as exc:
             counts = {"error": str(exc)}
             _say(console, f"[red]{exc}[/]")
@@ -459,7 +466,8 @@ def _collect_cloud(env: Any, run_dir: Path, counts: dict[str, Any], rollback: di
     else:
         try:
             counts["objects"] = collect.s3_objects(env.bucket, env.region,
-                                                   run_dir / "snapshot" / "objects.jsonl")
+                                                   run_dir / "snapshot" / "objects.jsonl",
+                                                   operations=_run_operations(run_dir))
         except collect.CollectError as exc:
             (run_dir / "snapshot" / "objects.jsonl").unlink(missing_ok=True)
             gaps["snapshot/objects.jsonl"] = str(exc)
@@ -473,6 +481,11 @@ def _collect_cloud(env: Any, run_dir: Path, counts: dict[str, Any], rollback: di
     collect.write_gaps(run_dir, gaps)
     counts["rollback"] = rollback
     return counts
+
+
+def _run_operations(run_dir: Path) -> set[str]:
+    path = run_dir / "snapshot" / "operations.jsonl"
+    return {json.loads(x)["id"] for x in path.read_text().splitlines() if x.strip()}
 
 
 def settle_seconds(env: str) -> float:
@@ -567,7 +580,7 @@ def _build(suite: str, **kw: Any) -> Options:
                    runs_dir=kw["runs_dir"], target=kw["target"], allow_prod=kw["allow_prod"],
                    dry_run=kw["dry_run"], keep_env=not kw["down_after"],
                    load_scenario=kw["load_scenario"], freeze_file=kw["freeze_file"],
-                   home=Path(os.environ["GAMEDAY_HOME"]) if os.environ.get("GAMEDAY_HOME") else None)
+                   home=resolve_home(None))
 
 
 @click.command("run")

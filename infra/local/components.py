@@ -7,6 +7,7 @@ so a fault's ``start`` can re-launch a component exactly as ``up`` did.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -91,13 +92,35 @@ def check_traversable_by_postgres(state_dir: Path) -> str | None:
     return None
 
 
+# Where the database members live when the state directory is one the `postgres` OS user cannot
+# enter (a clone under root's 0700 home): a system data directory, one per state directory.
+SYSTEM_DB_ROOT = Path("/var/lib/gameday")
+
+
+def db_root_for(state_dir: Path, env_name: str) -> Path:
+    """The directory holding pg-0/ and pg-1/: the state directory itself when the postgres
+    user can reach it (or when nothing runs as another user), else a directory of its own under
+    SYSTEM_DB_ROOT. Users never have to loosen the permissions of their home."""
+    if check_traversable_by_postgres(state_dir) is None:
+        return state_dir
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return SYSTEM_DB_ROOT / f"{env_name}-{digest}"
+
+
+def prepare_db_root(db_root: Path) -> None:
+    """Create ``db_root`` and its gameday parent, enterable by the postgres user (0755)."""
+    db_root.mkdir(parents=True, exist_ok=True)
+    for d in (db_root.parent, db_root):
+        d.chmod(0o755)
+
+
 def gameday_argv(*args: str) -> list[str]:
     """Run `gameday ...` with the interpreter of this process (the project's venv)."""
     return [sys.executable, "-m", "gameday.cli", *args]
 
 
-def app_dsn(ports: dict[str, int], secrets: Secrets) -> str:
-    return (f"postgresql://{APP_USER}:{secrets.pg_app}@127.0.0.1:{ports['haproxy_pg']}/{APP_DB}"
+def app_dsn(ports: dict[str, int], secrets: Secrets, port: str = "haproxy_pg") -> str:
+    return (f"postgresql://{APP_USER}:{secrets.pg_app}@127.0.0.1:{ports[port]}/{APP_DB}"
             "?connect_timeout=3&application_name=gameday")
 
 
@@ -105,9 +128,10 @@ def superuser_dsn(port: int, secrets: Secrets, db: str = "postgres") -> str:
     return f"postgresql://postgres:{secrets.pg_superuser}@127.0.0.1:{port}/{db}?connect_timeout=3"
 
 
-def _patroni(state: Path, env_name: str, index: int, ports: dict[str, int], secrets: Secrets) -> ComponentSpec:
+def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
+             secrets: Secrets) -> ComponentSpec:
     name = f"pg-{index}"
-    home = state / name
+    home = db_root / name
     home.mkdir(parents=True, exist_ok=True)
     chown_for_postgres(home)
     pg, rest = ports[f"pg{index}"], ports[f"pg{index}_rest"]
@@ -308,7 +332,8 @@ def generate_rules_file(state: Path) -> Path | None:
 
 
 def build_components(state: Path, env_name: str, ports: dict[str, int], secrets: Secrets,
-                     agents: tuple[AgentSpec, ...], controlplane: bool) -> dict[str, ComponentSpec]:
+                     agents: tuple[AgentSpec, ...], controlplane: bool,
+                     db_root: Path | None = None) -> dict[str, ComponentSpec]:
     run, logs = state / "run", state / "logs"
     for sub in (run, logs, state / "etcd", state / "registry", state / "prometheus"):
         sub.mkdir(parents=True, exist_ok=True)
@@ -326,7 +351,10 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
         health=HealthCheck(f"{etcd_client}/health"),
         ports={"client": ports["etcd_client"], "peer": ports["etcd_peer"]},
     ))
-    specs += [_patroni(state, env_name, i, ports, secrets) for i in (0, 1)]
+    db_root = db_root or state
+    if db_root != state:
+        prepare_db_root(db_root)
+    specs += [_patroni(db_root, env_name, i, ports, secrets) for i in (0, 1)]
 
     (state / "haproxy.cfg").write_text(_haproxy_cfg(state, ports))
     specs.append(ComponentSpec(
@@ -345,6 +373,10 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
             "listen": ports[f"proxy_agent_{agent.name}"],
             "target": f"127.0.0.1:{ports['haproxy_api']}",
         }
+    if controlplane:
+        for i in range(1, API_REPLICAS + 1):
+            proxy_routes[f"db-api-{i}"] = {"listen": ports[f"proxy_db_api{i}"],
+                                           "target": f"127.0.0.1:{ports['haproxy_pg']}"}
     (state / "proxy.json").write_text(json.dumps(
         {"control_port": ports["proxy_control"], "routes": proxy_routes}, indent=2))
     specs.append(ComponentSpec(
@@ -403,12 +435,15 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
         cp_env = {"CONTROLPLANE_DSN": dsn, "PYTHONUNBUFFERED": "1"}
         for i in range(1, API_REPLICAS + 1):
             port = ports[f"api{i}"]
+            # through the replica's own proxy route to HAProxy's pg frontend, so one replica
+            # can lose its database while the other keeps it (partition_database)
+            api_env = {**cp_env, "CONTROLPLANE_DSN": app_dsn(ports, secrets, f"proxy_db_api{i}")}
             specs.append(ComponentSpec(
                 name=f"api-{i}", kind="api", group=Group.CONTROLPLANE,
                 argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port),
                                   "--lease-seconds", str(LEASE_SECONDS)),
                 health=HealthCheck(f"http://127.0.0.1:{port}/readyz"),
-                ports={"http": port}, env=cp_env,
+                ports={"http": port, "db_route": ports[f"proxy_db_api{i}"]}, env=api_env,
             ))
         specs.append(ComponentSpec(
             name="reconciler", kind="reconciler", group=Group.CONTROLPLANE,

@@ -18,6 +18,7 @@ timeline), ``logs/<component>.log``, ``run/<component>.json`` (pid records) and 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -46,7 +47,7 @@ from infra.local.components import (
     Group,
     app_dsn,
     build_components,
-    check_traversable_by_postgres,
+    db_root_for,
     superuser_dsn,
 )
 from infra.local.errors import (
@@ -420,10 +421,6 @@ class LocalEnvironment:
             if not Path(binary).exists():
                 problems.append(f"{binary} is missing (apt-get install patroni etcd-server haproxy "
                                 "docker-registry prometheus postgresql-15)")
-        blocked = check_traversable_by_postgres(self.state_dir.parent)
-        if blocked:
-            problems.append(f"the postgres OS user cannot enter {blocked} (needs o+x); choose another "
-                            "--home/$GAMEDAY_HOME or `chmod o+x` it")
         return problems
 
     def up(self, reporter: Reporter | None = None, *, infra_only: bool = False,
@@ -463,7 +460,10 @@ class LocalEnvironment:
         ports = allocate_ports(port_names(self.topology) + extra_ports, previous.get("ports"))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
-        self.components = build_components(self.state_dir, self.name, ports, secrets, agents, with_cp)
+        # kept across up/down so a stopped environment restarts on its own data
+        db_root = Path(previous.get("db_root") or db_root_for(self.state_dir, self.name))
+        self.components = build_components(self.state_dir, self.name, ports, secrets, agents,
+                                           with_cp, db_root=db_root)
         platform_info: dict[str, Any] = {}
         if platform == "prefect":
             platform_info = {"db_password": (previous.get("prefect") or {}).get("db_password")
@@ -471,7 +471,8 @@ class LocalEnvironment:
             self.components.update(prefect.build_components(self.state_dir, ports,
                                                             platform_info["db_password"]))
         self.info = {
-            "name": self.name, "state_dir": str(self.state_dir), "status": "starting",
+            "name": self.name, "state_dir": str(self.state_dir), "db_root": str(db_root),
+            "status": "starting",
             "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
             "agents": [a.as_dict() for a in agents],
             "controlplane": {"included": with_cp, "agents": with_agents,
@@ -668,8 +669,53 @@ class LocalEnvironment:
             self.info["down_seconds"] = seconds
             self._write_info()
         if purge:
+            db_root = Path(self.info.get("db_root") or self.state_dir)
+            if db_root != self.state_dir:
+                shutil.rmtree(db_root, ignore_errors=True)
             shutil.rmtree(self.state_dir)
         return {"name": self.name, "down_seconds": seconds, "purged": purge}
+
+    # -- configuration changes --------------------------------------------------------------
+    def restart(self, components: list[str], timeout: float = 60.0, grace: float = 10.0) -> None:
+        """Stop (SIGTERM, SIGKILL after ``grace``) and start components as `up` did, in
+        parallel. A configuration change, not a fault: nothing goes on the fault timeline."""
+        pids = {name: self.component_pids(name) for name in components}
+        for name in components:
+            record = self.pid_record(name)
+            if record and self.main_pid(name):
+                procs.signal_group(record["pgid"], signal.SIGTERM)
+        left = procs.wait_gone([p for ps in pids.values() for p in ps], grace)
+        if left:
+            procs.signal_pids(left, signal.SIGKILL)
+            procs.wait_gone(left, 5.0)
+        for name in components:
+            procs.wait_reaped(pids[name], 3.0)
+            self.spawn(name)
+        self.wait_healthy(components, timeout)
+
+    def set_defects(self, names: list[str] | tuple[str, ...]) -> list[str]:
+        """Restart every control-plane process (API replicas, reconciler, agents) with the
+        seeded defects ``names`` switched on (controlplane/defects.py; test only), or with none.
+        Returns the restarted components."""
+        from controlplane import defects
+
+        wanted = defects.parse(",".join(names))
+        changed = []
+        for name, spec in self.components.items():
+            if spec.group not in (Group.CONTROLPLANE, Group.AGENT):
+                continue
+            env = {k: v for k, v in spec.env.items() if k != defects.ENV}
+            if wanted:
+                env[defects.ENV] = ",".join(sorted(wanted))
+            if env != spec.env:
+                self.components[name] = dataclasses.replace(spec, env=env)
+                changed.append(name)
+        self.info["defects"] = sorted(wanted)
+        self._write_info()
+        if changed:
+            self.note("defects", {"defects": sorted(wanted), "restarted": changed})
+            self.restart(changed)
+        return changed
 
     # -- status -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
