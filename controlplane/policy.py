@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from controlplane import defects
+
 
 class ErrorKind(StrEnum):
     TRANSIENT = "transient"  # may succeed elsewhere or later: lost node, registry unreachable
@@ -37,7 +39,7 @@ def decide_retry(
     if ErrorKind(error_kind) is ErrorKind.DETERMINISTIC:
         return RetryDecision(False, 0.0, "deterministic error: not retried")
     retries_used = attempts_made - 1
-    if retries_used >= max_retries:
+    if retries_used >= max_retries and not defects.enabled("retries-unbounded"):
         return RetryDecision(False, 0.0, f"retries exhausted ({max_retries} allowed)")
     n = retries_used + 1
     return RetryDecision(True, backoff_seconds(n, base, cap), f"retry {n} of {max_retries}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from controlplane import metrics
+from controlplane import defects, metrics
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import scheduling
 from controlplane.store.operations import NOTIFY_CHANNEL
@@ -101,7 +101,8 @@ class Reconciler:
         # routing also runs on every wake-up (a burst of submissions)
         if now - self._last_timed >= self.s.interval:
             self._last_timed = now
-            exp = await scheduling.expire_leases(conn, retry_base=self.s.retry_base)
+            if not defects.enabled("leases-never-expire"):  # seeded defect: test only
+                exp = await scheduling.expire_leases(conn, retry_base=self.s.retry_base)
             metrics.LEASE_EXPIRIES.inc(exp.expired)
             metrics.RETRIES.inc(exp.retried)
             metrics.REROUTES.inc(exp.rerouted)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from controlplane import defects
+
 # Pools that never run user workloads (the control plane's own nodes).
 RESERVED_POOLS = frozenset({"system"})
 
@@ -127,6 +129,14 @@ def route(req: Requirement, destinations: list[Destination],
             eligible.append(d)
         else:
             rejected[d.name] = why
+    if not [d for d in eligible if d.alive and not d.breaker_open] and pinned is None \
+            and defects.enabled("ineligible-fallback"):
+        # SEEDED DEFECT: "anything beats waiting" - place the work wherever it fits
+        fallback = [d for d in destinations if d.alive and not d.breaker_open and fits(req, d)
+                    and d.pool not in RESERVED_POOLS]
+        if fallback:
+            best = min(fallback, key=lambda d: (*rank_key(req, d), d.name))
+            return Decision(Outcome.DISPATCH, best, None, f"fallback to {best.name}", rejected)
     if pinned is not None:
         eligible = [d for d in eligible if d.name == pinned]
         if not eligible:

@@ -29,6 +29,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from controlplane import defects
+
 S3Client = Any  # boto3 clients are generated at runtime; no stubs installed
 
 log = logging.getLogger(__name__)
@@ -212,11 +214,13 @@ def build_manifest(files: Mapping[str, bytes], extra: Mapping[str, Any] | None =
 
 def write_with_manifest(
     store: ObjectStore, prefix: str, files: Mapping[str, bytes], manifest_name: str,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None, commit_delay: float = 0.0,
 ) -> dict[str, Any]:
     """Write every file, then the manifest last: a reader never sees a manifest without its files."""
     for name, data in files.items():
         store.put(prefix + name, data)
+    if commit_delay > 0:
+        time.sleep(commit_delay)
     manifest = build_manifest(files, extra)
     store.put(prefix + manifest_name, manifest)
     return json.loads(manifest)
@@ -276,13 +280,15 @@ class LoadedCheckpoint:
 
 
 def write_checkpoint(
-    store: ObjectStore, operation_id: str, attempt: int, step: int, files: Mapping[str, bytes]
+    store: ObjectStore, operation_id: str, attempt: int, step: int, files: Mapping[str, bytes],
+    commit_delay: float = 0.0,
 ) -> CheckpointRef:
     missing = set(CHECKPOINT_FILES) - set(files)
     if missing:
         raise ValueError(f"checkpoint is missing files: {sorted(missing)}")
     ref = CheckpointRef(operation_id, attempt, step)
-    write_with_manifest(store, ref.prefix, files, CHECKPOINT_MANIFEST, {"step": step, "attempt": attempt})
+    write_with_manifest(store, ref.prefix, files, CHECKPOINT_MANIFEST,
+                        {"step": step, "attempt": attempt}, commit_delay=commit_delay)
     return ref
 
 
@@ -303,11 +309,24 @@ def latest_complete_checkpoint(
     """The newest checkpoint whose manifest verifies, plus the torn ones skipped on the way."""
     torn: list[TornCheckpoint] = []
     for ref in list_checkpoints(store, operation_id):
+        if defects.enabled("torn-checkpoint-resume"):
+            # SEEDED DEFECT: "the files are there, the manifest is a formality"
+            found = _read_files_without_manifest(store, ref.prefix)
+            if found is not None:
+                return LoadedCheckpoint(ref, found), torn
         files, reason = verify_manifest(store, ref.prefix, CHECKPOINT_MANIFEST)
         if reason is None:
             return LoadedCheckpoint(ref, files), torn
         torn.append(TornCheckpoint(ref, reason))
     return None, torn
+
+
+def _read_files_without_manifest(store: ObjectStore, prefix: str) -> dict[str, bytes] | None:
+    """Only for the torn-checkpoint-resume seeded defect: every checkpoint file, unchecked."""
+    try:
+        return {name: store.get(prefix + name) for name in CHECKPOINT_FILES}
+    except ObjectMissing:
+        return None
 
 
 # --- artifacts -----------------------------------------------------------------------------

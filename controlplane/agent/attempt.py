@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from controlplane import registry, storage
+from controlplane import defects, registry, storage
 from controlplane.agent.api import AgentApi, ApiRejected, ApiUnavailable, LeaseLost
 from controlplane.agent.capacity import Capacity, Demand
 from controlplane.agent.metrics import AgentMetrics
@@ -287,6 +287,10 @@ class AttemptRunner(threading.Thread):
     # --- finish -------------------------------------------------------------------------------
 
     def _report_success(self, pinned: str) -> Ending:
+        if defects.enabled("success-without-artifacts"):  # seeded defect: trust the exit code
+            self._final_report("succeeded", "workload exited 0 (artifacts not verified)",
+                               result={"image": pinned, "bucket": self.settings.bucket})
+            return Ending.SUCCEEDED
         manifest, reason = self._verify_artifacts()
         if manifest is None:
             self.metrics.artifact_verify_failures.inc()

@@ -3,6 +3,7 @@
 # no `from __future__ import annotations`: FastAPI must see the local Annotated aliases.
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from controlplane import metrics
+from controlplane import defects, metrics
 from controlplane.api import serialize
 from controlplane.db import make_pool
 from controlplane.models import (
@@ -76,6 +77,8 @@ class TokenCache:
 
 
 def create_app(settings: Settings) -> FastAPI:
+    if defects.enabled("ack-before-commit"):  # the seeded-defect switch for the same thing
+        settings = dataclasses.replace(settings, unsafe_ack_before_commit=True)
     pool: AsyncConnectionPool = make_pool(settings.dsn, max_size=settings.pool_max)
     tokens = TokenCache(settings.token_cache_seconds)
 
@@ -185,6 +188,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz", tags=["health"])
     async def readyz() -> Response:
+        if defects.enabled("readyz-lies"):  # seeded defect: ready whatever the database says
+            return JSONResponse({"status": "ready"})
         try:
             async with pool.connection(timeout=1.0) as c:
                 await c.execute("SELECT 1")

@@ -21,6 +21,7 @@ _TRAIN_FLAGS = {
     "batch_size": "--batch-size",
     "learning_rate": "--learning-rate",
     "step_delay": "--step-delay",
+    "checkpoint_commit_delay": "--checkpoint-commit-delay",
 }
 PARAM_FLAGS: dict[str, dict[str, str]] = {
     "train": _TRAIN_FLAGS,

@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from controlplane import defects
 from controlplane.states import TERMINAL, ActiveAttemptStates, OpState
 from controlplane.store import Conflict, InvalidReference, NotFound
 from controlplane.store.transitions import record_event, transition
@@ -58,6 +59,8 @@ async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: dict
                  actor: str, op_id: str | None = None) -> SubmitResult:
     """Commit the operation (one statement = one transaction) before anyone acknowledges it."""
     h = payload_hash(spec)
+    if defects.enabled("idempotency-ignored"):  # seeded defect: every request is "new"
+        key = f"{key}#{uuid.uuid4()}"
     params = {
         "op_id": op_id,
         "project_id": project_id, "key": key, "hash": h, "name": spec["name"],

@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from controlplane import routing
+from controlplane import defects, routing
 from controlplane.routing import Destination, Outcome, Requirement
 from controlplane.states import ActiveAttemptStates, OpState
 from controlplane.store import Conflict, NotFound
@@ -127,7 +127,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                    LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
             ops = await c.fetchall()
             blocked: list[dict[str, Any]] = []
-            if sweep:
+            if sweep and not defects.enabled("blocked-never-drain"):  # seeded defect: test only
                 # same order as routing (priorities first), resumable at the cursor
                 await c.execute(
                     """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited,

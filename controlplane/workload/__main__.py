@@ -48,6 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=0.01)
     p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (seconds)")
+    p.add_argument("--checkpoint-commit-delay", type=float, default=0.0,
+                   help="seconds between a checkpoint's files and its manifest (a slow commit: "
+                   "lets an experiment interrupt a checkpoint write for certain)")
     p.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT_URL"))
     p.add_argument("--bucket", default=os.environ.get("ARTIFACT_BUCKET", "ml-artifacts"))
     p.add_argument("--parent-pid", type=int, default=None,
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     store = storage.ObjectStore.from_config(
         storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)
     )
-    ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay)
+    ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
+                     checkpoint_commit_delay=args.checkpoint_commit_delay)
     if args.kind == "fail":
         time.sleep(max(0.0, args.seconds))
         emit("log", f"fail workload exiting with {args.exit_code} as asked")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane import storage
+from controlplane import defects, storage
 from controlplane.workload import model
 from controlplane.workload.events import emit
 
@@ -19,6 +19,7 @@ class RunContext:
     attempt: int
     store: storage.ObjectStore
     step_delay: float = 0.0  # seconds per step: lets tests interrupt a run mid-way
+    checkpoint_commit_delay: float = 0.0  # files written, manifest not yet: a torn window
 
 
 def resume_state(ctx: RunContext, config: model.TrainConfig) -> model.TrainState:
@@ -64,9 +65,29 @@ def sleep(ctx: RunContext, seconds: float) -> None:
     _finish(ctx, weights, {"steps": ticks, "weights_sha256": storage.sha256_hex(weights)})
 
 
+def _best_effort_writes(ctx: RunContext) -> None:
+    """SEEDED DEFECT success-without-artifacts: an unavailable store is waited for one second,
+    then the write is skipped and the run carries on as if it had been written."""
+    ctx.store.retry = storage.RetryPolicy(deadline_seconds=1.0)
+    for name in ("write_checkpoint", "write_artifacts"):
+        real = getattr(storage, name)
+
+        def skip_on_outage(*args: object, _real: object = real, _name: str = name,
+                           **kwargs: object) -> object:
+            try:
+                return _real(*args, **kwargs)  # type: ignore[operator]
+            except storage.StorageUnavailable as exc:
+                emit("log", f"{_name} skipped: {exc}", storage_unavailable=True)
+                return {"files": {}}
+
+        setattr(storage, name, skip_on_outage)
+
+
 def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
     config.validate()
     ctx.store.on_retry = _pause_reporter
+    if defects.enabled("success-without-artifacts"):
+        _best_effort_writes(ctx)
     state = resume_state(ctx, config)
     resumed_from = state.step
     data = model.make_dataset(config.seed)
@@ -77,7 +98,8 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
             prefix = storage.checkpoint_prefix(ctx.operation_id, ctx.attempt, state.step)
             emit("checkpoint_started", f"checkpoint step {state.step}", step=state.step, prefix=prefix)
             storage.write_checkpoint(ctx.store, ctx.operation_id, ctx.attempt, state.step,
-                                     model.serialize(state, config))
+                                     model.serialize(state, config),
+                                     commit_delay=ctx.checkpoint_commit_delay)
             emit("checkpoint_written", f"checkpoint step {state.step}", step=state.step, prefix=prefix)
         if ctx.step_delay:
             time.sleep(ctx.step_delay)

@@ -1,0 +1,59 @@
+"""Seeded defects: hidden, test-only switches that each break one promise of the control plane.
+
+They exist so the harness can prove that the experiment meant to catch a broken promise does
+catch it (`gameday selftest`): a failure class whose experiment passes a broken platform proves
+nothing. Switched on by ``CONTROLPLANE_DEFECTS=name[,name]`` in a process's environment (the
+local environment sets it per component; never set it in a deployment). Every process with a
+defect on logs a warning at start. An unknown name refuses to start: a typo must not silently
+test the healthy platform.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import cache
+
+ENV = "CONTROLPLANE_DEFECTS"
+
+# name -> the promise it breaks (what `gameday selftest` prints)
+KNOWN: dict[str, str] = {
+    "ack-before-commit": "a submission is acknowledged before it is committed",
+    "idempotency-ignored": "the same Idempotency-Key creates a new operation",
+    "fencing-off": "reports for an attempt whose lease was lost are accepted (no fencing)",
+    "torn-checkpoint-resume": "a resume uses the newest checkpoint even without its manifest",
+    "ineligible-fallback": "work with no eligible destination is placed on an ineligible one",
+    "retries-unbounded": "max_retries is ignored: transient failures are retried forever",
+    "success-without-artifacts": "success is reported without a complete completion manifest",
+    "readyz-lies": "/readyz answers 200 while the database is unreachable",
+    "leases-never-expire": "expired leases are never noticed, so their work never moves",
+    "blocked-never-drain": "blocked work is never routed again when capacity returns",
+}
+
+
+class UnknownDefect(ValueError):
+    pass
+
+
+def parse(value: str | None) -> frozenset[str]:
+    names = frozenset(n.strip() for n in (value or "").split(",") if n.strip())
+    unknown = sorted(names - KNOWN.keys())
+    if unknown:
+        raise UnknownDefect(f"{ENV}: unknown defect(s) {unknown}; known: {', '.join(KNOWN)}")
+    return names
+
+
+@cache
+def active() -> frozenset[str]:
+    names = parse(os.environ.get(ENV))
+    if names:
+        logging.getLogger("controlplane.defects").warning(
+            "SEEDED DEFECTS ON (test only): %s", ", ".join(sorted(names)),
+            extra={"action": "seeded_defects"})
+    return names
+
+
+def enabled(name: str) -> bool:
+    if name not in KNOWN:
+        raise UnknownDefect(f"no seeded defect named {name!r}")
+    return name in active()
