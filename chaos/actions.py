@@ -7,6 +7,7 @@ returns when the fault is in effect; every inverse is idempotent, so rollbacks c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "fail_over_database",
     "hang",
     "heal_agent",
+    "heal_database",
     "heal_partitioned",
     "kill",
     "kill_agent_during_checkpoint",
@@ -26,16 +28,20 @@ __all__ = [
     "make_registry_unreachable",
     "partition_agent",
     "partition_agent_running",
+    "partition_database",
+    "replay_acknowledged",
     "restore_all",
     "restore_artifact_store",
     "restore_pool",
     "restore_registry",
     "resume",
+    "send_late_reports",
     "start",
     "stop",
     "stop_agents_in_region",
     "submit_workloads",
     "wait_for_operations",
+    "wait_for_storage_pause",
     "withdraw_pool",
 ]
 
@@ -164,30 +170,132 @@ def heal_partitioned(tag: str, configuration: Configuration = None,
     return {"healed": [ctx.driver.heal_agent(a)["target"] for a in ctx.recall(f"{tag}:partitioned")]}
 
 
+def _object_keys(ctx: Context, prefix: str) -> set[str]:
+    """Keys under ``prefix`` in the environment's artifact store (read directly, not through
+    the fault proxy, so it works while the store's route is cut)."""
+    from gameday.platforms.controlplane import s3_client
+
+    eps = ctx.env.endpoints
+    bucket = eps.get("bucket", "ml-artifacts")
+    s3 = s3_client(eps.get("s3_direct") or eps.get("s3"), bucket, eps.get("region"))
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+def _torn_now(ctx: Context, prefix: str, settle: float = 0.3) -> set[str] | None:
+    """The checkpoint's files once their listing has stopped growing, if its manifest is still
+    missing (a write caught between its files and its manifest); None once the manifest exists."""
+    seen: set[str] = set()
+    while True:
+        keys = _object_keys(ctx, prefix)
+        if any(k.endswith("MANIFEST.json") for k in keys):
+            return None
+        if keys and keys == seen:
+            return keys
+        seen = keys
+        time.sleep(settle)
+
+
+def send_late_reports(tag: str, configuration: Configuration = None,
+                      secrets: Secrets = None) -> dict:
+    """The partitioned agent is back: its buffered events and its success arrive for the
+    attempt whose lease it lost, with that attempt's (old) fencing token."""
+    ctx = _ctx(configuration)
+    view = ctx.platform.get(ctx.recall(tag)[0], timeline=True)
+    lost = [a for a in view.attempts if a["state"] == "lost" and a.get("fencing_token")]
+    if not lost:
+        raise ChaosError(f"operation {view.id} has no lost attempt: the lease never moved")
+    late = getattr(ctx.platform, "late_report", None)
+    if late is None:
+        raise ChaosError(f"platform {ctx.platform.name} has no fenced reports to replay")
+    try:
+        return {"attempts": [{"attempt_id": a["id"], **late(a)} for a in lost]}
+    except PlatformError as exc:
+        raise ChaosError(str(exc)) from None
+
+
 def kill_agent_during_checkpoint(tag: str, after_step: int = 1, timeout: float = 60.0,
                                  configuration: Configuration = None,
                                  secrets: Secrets = None) -> dict:
-    """Wait for the workload's ``checkpoint_started`` event (step >= ``after_step``), then
-    SIGKILL the agent running it at once: a node lost in the middle of a checkpoint write.
-    Timed on the workload's own events, not a blind sleep."""
+    """SIGKILL the agent running the workload *inside* a checkpoint write: after the write's
+    files reached the store and before its manifest did (the workload is submitted with a
+    ``checkpoint_commit_delay`` that holds that window open). Timed on the workload's own
+    ``checkpoint_started`` event and verified in the store: the action fails unless the killed
+    write is left torn (files, no manifest), so a kill that landed outside a write can never be
+    taken for a rehearsal of this failure class."""
     ctx = _ctx(configuration)
     op_id = ctx.recall(tag)[0]
     deadline = time.monotonic() + timeout
+    tried: set[str] = set()
     while time.monotonic() < deadline:
         view = ctx.platform.get(op_id, timeline=True)
         started = [e for e in view.events if e["kind"] == "checkpoint_started"
-                   and (e.get("data") or {}).get("step", 0) >= after_step]
+                   and (e.get("data") or {}).get("step", 0) >= after_step
+                   and (e.get("data") or {}).get("prefix") not in tried]
         if started:
+            event = started[-1]
+            prefix = str(event["data"]["prefix"]).rstrip("/") + "/"
+            tried.add(event["data"]["prefix"])
+            files = _torn_now(ctx, prefix)
+            if files is None:
+                continue  # this write committed before we looked: wait for the next one
             agent = _running_agent(ctx, op_id)
             out = ctx.driver.kill(agent)
-            step = started[-1]["data"].get("step")
+            killed_at = utcnow()
+            time.sleep(1.0)  # the workload dies with its agent: nothing may commit afterwards
+            left = _object_keys(ctx, prefix)
+            if any(k.endswith("MANIFEST.json") for k in left):
+                raise ChaosError(f"the kill of {agent} did not land inside the checkpoint write "
+                                 f"of {prefix}: its manifest was written anyway")
             ctx.remember(f"{tag}:killed", [agent])
-            return {"agent": agent, "operation_id": op_id, "checkpoint_step": step,
-                    "checkpoint_event_at": started[-1]["time"], "killed_at": utcnow(), **out}
+            ctx.env.note("torn_checkpoint_left", {"operation_id": op_id, "prefix": prefix,
+                                                  "files": sorted(k[len(prefix):] for k in left),
+                                                  "agent": agent})
+            return {"agent": agent, "operation_id": op_id, "checkpoint_step": event["data"]["step"],
+                    "checkpoint_event_at": event["time"], "killed_at": killed_at,
+                    "torn_prefix": prefix, "torn_files": sorted(k[len(prefix):] for k in left),
+                    **out}
         if view.terminal:
-            raise ChaosError(f"operation {op_id} ended ({view.state}) before a checkpoint")
+            raise ChaosError(f"operation {op_id} ended ({view.state}) before a checkpoint "
+                             "write could be interrupted")
         time.sleep(0.05)
-    raise ChaosError(f"no checkpoint_started event for {op_id} within {timeout}s")
+    raise ChaosError(f"no checkpoint write of {op_id} could be interrupted within {timeout}s")
+
+
+def wait_for_storage_pause(tag: str, timeout: float = 10.0, configuration: Configuration = None,
+                           secrets: Secrets = None) -> dict:
+    """Return once a workload of ``tag`` reported that the object store is unavailable (its
+    writes are paused): proof that the outage met real writes. Fails otherwise, so an outage
+    that ended before anything was written is never taken for a rehearsal."""
+    ctx = _ctx(configuration)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for op_id in ctx.recall(tag):
+            try:
+                view = ctx.platform.get(op_id, timeline=True)
+            except PlatformError:
+                continue
+            hit = [e for e in view.events if (e.get("data") or {}).get("storage_unavailable")
+                   or "storage unavailable" in str(e.get("reason") or e.get("message") or "")]
+            if hit:
+                return {"operation_id": op_id, "first_pause": hit[0].get("time")}
+        time.sleep(0.5)
+    raise ChaosError(f"no workload of {tag!r} met the outage within {timeout}s: the fault "
+                     "did not reach a write (nothing to judge)")
+
+
+def partition_database(target: str = "api-replica", configuration: Configuration = None,
+                       secrets: Secrets = None) -> dict:
+    """Cut one API replica (logical ``api-replica`` or a component name) off from the database
+    while the other replicas keep it: a replica that is alive but cannot serve."""
+    ctx = _ctx(configuration)
+    return ctx.driver.partition_database(_target(ctx, target))
+
+
+def heal_database(target: str = "api-replica", configuration: Configuration = None,
+                  secrets: Secrets = None) -> dict:
+    ctx = _ctx(configuration)
+    return ctx.driver.heal_database(_target(ctx, target))
 
 
 def stop_agents_in_region(region: str, pool: str | None = None,
@@ -214,14 +322,16 @@ def restore_all(configuration: Configuration = None, secrets: Secrets = None) ->
 def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every: int = 10,
                      step_delay: float = 0.05, seed: int = 7, regions: list[str] | None = None,
                      dataset: str | None = None, accelerators: int = 0, max_retries: int = 3,
-                     wait_for: str | None = None, timeout: float = 60.0,
-                     configuration: Configuration = None, secrets: Secrets = None) -> dict:
+                     checkpoint_commit_delay: float = 0.0, wait_for: str | None = None,
+                     timeout: float = 60.0, configuration: Configuration = None,
+                     secrets: Secrets = None) -> dict:
     """Submit ``count`` sample training operations under ``tag`` (every acknowledgement goes to
     the run's ledger) and optionally wait until they all reach state ``wait_for``."""
     ctx = _ctx(configuration)
     w = Workload(steps=steps, checkpoint_every=checkpoint_every, step_delay=step_delay,
                  seed=seed, regions=tuple(regions) if regions else None, dataset=dataset,
                  accelerators=accelerators, max_retries=max_retries,
+                 checkpoint_commit_delay=checkpoint_commit_delay,
                  name=f"{ctx.experiment}-{tag}"[:120],
                  queue="gpu" if accelerators else "default")
     ids, acks = [], []
@@ -232,9 +342,33 @@ def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every
         acks.append(ack)
     ctx.ledger(acks, f"experiment:{ctx.experiment}")
     ctx.remember(tag, ids)
+    # what a client keeps to retry a request whose answer it never got: key and body
+    ctx.remember(f"{tag}:requests", [{"key": a.idempotency_key, "operation_id": a.operation_id,
+                                      "workload": dataclasses.asdict(w)} for a in acks])
     if wait_for:
         _wait(ctx, ids, {wait_for}, timeout)
     return {"tag": tag, "operation_ids": ids}
+
+
+def replay_acknowledged(tag: str, timeout: float = 30.0, configuration: Configuration = None,
+                        secrets: Secrets = None) -> dict:
+    """Send every request of ``tag`` again with its own Idempotency-Key, as clients do whose
+    answer was lost with the replica that had already committed it. Each acknowledgement goes to
+    the ledger: the durability audit then shows whether a key ever named two operations."""
+    ctx = _ctx(configuration)
+    sent = ctx.recall(f"{tag}:requests")
+    acks, changed = [], []
+    for item in sent:
+        wl = {k: (tuple(v) if isinstance(v, list) else v) for k, v in item["workload"].items()}
+        req = SubmitRequest(Workload(**wl), item["key"])
+        ack = _submit_with_retry(ctx, req, deadline=time.monotonic() + timeout)
+        acks.append(ack)
+        if ack.operation_id != item["operation_id"]:
+            changed.append({"key": item["key"], "first": item["operation_id"],
+                            "replayed": ack.operation_id})
+    ctx.ledger(acks, f"replay:{ctx.experiment}")
+    return {"tag": tag, "replayed": len(acks), "same_operation": len(acks) - len(changed),
+            "new_operation": changed}
 
 
 def _submit_with_retry(ctx: Context, req: SubmitRequest, deadline: float) -> Any:

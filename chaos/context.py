@@ -91,7 +91,7 @@ class Context:
     def state_file(self) -> Path:
         return self.run_dir / "experiments" / self.experiment / "state.json"
 
-    def remember(self, tag: str, ids: list[str]) -> None:
+    def remember(self, tag: str, ids: list[Any]) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.state_file.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -99,7 +99,7 @@ class Context:
             data.setdefault(tag, []).extend(ids)
             self.state_file.write_text(json.dumps(data, indent=2))
 
-    def recall(self, tag: str) -> list[str]:
+    def recall(self, tag: str) -> list[Any]:
         if not self.state_file.exists():
             raise ChaosError(f"no operations were submitted under tag {tag!r} in this experiment")
         ids = json.loads(self.state_file.read_text()).get(tag)

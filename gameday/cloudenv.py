@@ -46,6 +46,9 @@ URL_KEYS = ("apiUrl", "prometheusUrl")
 NOT_APPLICABLE = {
     "ineligible-fallback-region": "needs agents in two regions (region-1/region-2 of the local "
                                   "topology); a cloud stack runs its agents in one region",
+    "db-unreachable-from-api-replica": "needs one API replica cut off from the database "
+                                       "while the other keeps it: the cloud drivers cannot "
+                                       "isolate one pod from RDS yet (local only)",
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",

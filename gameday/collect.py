@@ -93,19 +93,22 @@ def write_run_json(run_dir: Path, info: dict[str, Any]) -> None:
     tmp.replace(run_dir / "run.json")
 
 
-def snapshot(adapter: PlatformAdapter, run_dir: Path, attempts: int = 5) -> dict[str, int]:
-    """The platform's store after the run; retried because the last fault may still be healing."""
+def snapshot(adapter: PlatformAdapter, run_dir: Path, since: datetime | None = None,
+             attempts: int = 5) -> dict[str, int]:
+    """The platform's store after the run, this run's operations only (created at or after
+    ``since``); retried because the last fault may still be healing."""
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            return adapter.snapshot(run_dir)
+            return adapter.snapshot(run_dir, since=since)
         except Exception as exc:  # noqa: BLE001 - any failure: wait and retry, then report
             last = exc
             time.sleep(2)
     raise RuntimeError(f"snapshot failed after {attempts} tries: {last}")
 
 
-def s3_objects(bucket: str | None, region: str, path: Path, session: Any = None) -> int:
+def s3_objects(bucket: str | None, region: str, path: Path, session: Any = None,
+               operations: set[str] | None = None) -> int:
     """snapshot/objects.jsonl from AWS S3 itself (cloud runs): the default credential chain
     (IRSA in the game-day pod), same rows as the local listing (docs/EVIDENCE.md)."""
     import boto3
@@ -118,7 +121,7 @@ def s3_objects(bucket: str | None, region: str, path: Path, session: Any = None)
     s3 = (session or boto3.Session()).client("s3", region_name=region)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return write_objects(s3, bucket, path)
+        return write_objects(s3, bucket, path, operations)
     except (BotoCoreError, ClientError) as exc:
         raise CollectError(f"snapshot/objects.jsonl: listing s3://{bucket} failed: {exc} (the "
                            "game-day role needs s3:ListBucket and s3:GetObject on it)") from exc

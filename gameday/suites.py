@@ -14,7 +14,8 @@ EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments
 # core: every failure class of DESIGN.md. full: core + the slower rehearsals (restore from backup).
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
-    "core": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss",
+    "core": ("api-replica-loss", "db-primary-loss", "db-unreachable-from-api-replica",
+             "agent-connectivity-loss",
              "artifact-store-unavailable", "node-pool-exhausted", "registry-failure",
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
@@ -25,6 +26,7 @@ FAULT_FUNCS = {
     "make_artifact_store_unreachable", "make_registry_unreachable", "withdraw_pool",
     "partition_agent", "partition_agent_running", "kill_agent_during_checkpoint",
     "stop_agents_in_region", "lose_database", "restore_database_from_backup",
+    "partition_database", "send_late_reports",
 }
 
 

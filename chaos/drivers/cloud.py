@@ -264,6 +264,14 @@ class CloudFaults:
     def heal_agent(self, agent: str) -> dict[str, Any]:
         return self.k8s.heal_agent(agent)
 
+    def partition_database(self, component: str) -> dict[str, Any]:
+        raise ActivityFailed("partition_database is not implemented by the cloud drivers yet "
+                             "(it needs an egress NetworkPolicy from one API pod to the "
+                             "database subnets); the experiment runs locally only")
+
+    def heal_database(self, component: str) -> dict[str, Any]:
+        return {"target": component, "already": True}
+
     # -- all --------------------------------------------------------------------------------
     def _undo(self, key: str) -> dict[str, Any] | None:
         record = self.state.get(key)

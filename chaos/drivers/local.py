@@ -66,5 +66,11 @@ class LocalFaults:
     def heal_agent(self, agent: str) -> FaultResult:
         return self.f.heal_agent(agent)
 
+    def partition_database(self, component: str) -> FaultResult:
+        return self.f.partition_database(component)
+
+    def heal_database(self, component: str) -> FaultResult:
+        return self.f.heal_database(component)
+
     def restore_all(self) -> list[str]:
         return self.f.restore_everything()

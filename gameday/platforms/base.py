@@ -8,6 +8,7 @@ methods, so adding a platform means writing one adapter, not changing the experi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +25,9 @@ class Workload:
     checkpoint_every: int = 10
     seed: int = 7
     step_delay: float = 0.05
+    # seconds between a checkpoint's files and its manifest: an experiment can then interrupt
+    # a checkpoint write for certain (0 = no pause)
+    checkpoint_commit_delay: float = 0.0
     cpu: int = 1
     accelerators: int = 0
     regions: tuple[str, ...] | None = None
@@ -80,7 +84,8 @@ class PlatformAdapter(Protocol):
     def cancel(self, operation_id: str, reason: str = "") -> OperationView: ...
     def healthy(self) -> tuple[bool, str]: ...  # can it accept work right now, and why not
     def results_location(self, operation_id: str) -> str: ...  # where artifacts live (URI)
-    def snapshot(self, out_dir: Path) -> dict[str, int]: ...  # snapshot/*.jsonl; counts
+    # snapshot/*.jsonl of the operations created at or after ``since`` (None: all); counts
+    def snapshot(self, out_dir: Path, since: datetime | None = None) -> dict[str, int]: ...
     def components(self) -> dict[str, str]: ...  # faultable components -> what they are
     def fault_targets(self) -> dict[str, str]: ...  # logical role -> environment component
     def applicability(self, experiment: str) -> str | None: ...  # None, or why it does not apply

@@ -13,20 +13,31 @@ import httpx
 
 from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
 
-# snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1)
+# Snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1), for the
+# operations created since the run started only: a store that outlives runs holds earlier runs'
+# work too, and its artifacts may be gone (the in-memory S3 restarts empty).
+_RUN_OPS = "SELECT id FROM operations WHERE created_at >= %(since)s"
 _OPS_SQL = """
 SELECT o.id::text, p.name AS project, o.state, o.state_reason, o.pending_reason,
        o.idempotency_key, o.created_at, o.updated_at, o.queue, o.spec->'workload' AS workload,
        o.spec->'resources' AS resources, o.spec->'placement' AS placement, o.attempt_count,
-       o.result, o.first_error, o.last_error
-FROM operations o JOIN projects p ON p.id = o.project_id ORDER BY o.created_at"""
-_ATTEMPTS_SQL = """
+       o.max_retries, o.result, o.first_error, o.last_error
+FROM operations o JOIN projects p ON p.id = o.project_id
+WHERE o.created_at >= %(since)s ORDER BY o.created_at"""
+_ATTEMPTS_SQL = f"""
 SELECT t.id::text, t.operation_id::text, t.number, a.name AS agent_name, t.state,
        t.fencing_token, t.created_at, t.claimed_at, t.started_at, t.finished_at, t.error, t.result
-FROM attempts t JOIN agents a ON a.id = t.agent_id ORDER BY t.created_at"""
-_EVENTS_SQL = """
+FROM attempts t JOIN agents a ON a.id = t.agent_id
+WHERE t.operation_id IN ({_RUN_OPS}) ORDER BY t.created_at"""
+_EVENTS_SQL = f"""
 SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, to_state, reason,
-       coalesce(data, '{}'::jsonb) AS data FROM events ORDER BY id"""
+       coalesce(data, '{{}}'::jsonb) AS data FROM events
+WHERE operation_id IN ({_RUN_OPS}) ORDER BY id"""
+# what eligibility is judged against (docs/EVIDENCE.md, snapshot/agents.jsonl)
+_AGENTS_SQL = """
+SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries
+FROM agents ORDER BY name"""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _now() -> str:
@@ -43,10 +54,11 @@ class ControlPlaneAdapter:
     def __init__(self, api_url: str, token: str, project: str, *, admin_dsn: str | None = None,
                  s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
                  image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0,
-                 region: str | None = None) -> None:
+                 region: str | None = None, agent_token: str | None = None) -> None:
         self.api_url, self.project, self.admin_dsn = api_url, project, admin_dsn
         self.region = region  # real AWS S3 when there is no endpoint (cloud runs)
         self.s3_endpoint, self.bucket, self.image = s3_endpoint, bucket, image
+        self.agent_token = agent_token
         self.http = httpx.Client(base_url=api_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -60,7 +72,7 @@ class ControlPlaneAdapter:
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),
                    image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"),
-                   region=endpoints.get("region"))
+                   region=endpoints.get("region"), agent_token=tokens.get("agent"))
 
     # -- work ------------------------------------------------------------------------------
     def spec(self, w: Workload) -> dict[str, Any]:
@@ -69,7 +81,9 @@ class ControlPlaneAdapter:
             "timeout_seconds": w.timeout_seconds,
             "workload": {"kind": "train", "image": self.image,
                          "params": {"steps": w.steps, "checkpoint_every": w.checkpoint_every,
-                                    "seed": w.seed, "step_delay": w.step_delay}},
+                                    "seed": w.seed, "step_delay": w.step_delay,
+                                    **({"checkpoint_commit_delay": w.checkpoint_commit_delay}
+                                       if w.checkpoint_commit_delay else {})}},
             "resources": {"cpu": w.cpu, "accelerator":
                           {"type": "sim-a100", "count": w.accelerators} if w.accelerators else None},
             "placement": {"regions": list(w.regions) if w.regions else None, "dataset": w.dataset},
@@ -158,6 +172,28 @@ class ControlPlaneAdapter:
                 "succeeded_without_artifacts": missing, "artifacts_of_unknown_operations": unknown,
                 "consistent": not missing and not unknown}
 
+    def late_report(self, attempt: dict[str, Any]) -> dict[str, Any]:
+        """What a partitioned agent sends once it is back: the events it buffered and its
+        success, with the fencing token of the attempt it lost. Fencing must refuse both (409);
+        what the store kept is judged from the evidence (the fencing invariant)."""
+        if not self.agent_token:
+            raise PlatformError("late_report needs the agent token (env.json: tokens.agent)")
+        headers = {"Authorization": f"Bearer {self.agent_token}",
+                   "X-Agent-Name": str(attempt.get("agent_name") or "unknown")}
+        base = f"/v1/attempts/{attempt['id']}"
+        token = attempt["fencing_token"]
+        try:
+            events = self.http.post(f"{base}/events", headers=headers, json={
+                "fencing_token": token, "events": [
+                    {"kind": "log", "message": "late report from the partitioned agent",
+                     "data": {"late": True}}]})
+            report = self.http.post(f"{base}/report", headers=headers, json={
+                "fencing_token": token, "state": "succeeded", "result": {"late": True}})
+        except httpx.HTTPError as exc:
+            raise PlatformError(f"late report for attempt {attempt['id']}: {exc}") from exc
+        return {"events_status": events.status_code, "report_status": report.status_code,
+                "refused": events.status_code == 409 and report.status_code == 409}
+
     def fault_targets(self) -> dict[str, str]:
         return {"api-replica": "api-1"}
 
@@ -165,8 +201,9 @@ class ControlPlaneAdapter:
         return None  # the reference control plane is the target every experiment is written for
 
     # -- evidence --------------------------------------------------------------------------
-    def snapshot(self, out_dir: Path) -> dict[str, int]:
-        """Write snapshot/{operations,attempts,events,objects}.jsonl (docs/EVIDENCE.md)."""
+    def snapshot(self, out_dir: Path, since: datetime | None = None) -> dict[str, int]:
+        """Write snapshot/{operations,attempts,events,agents,objects}.jsonl (docs/EVIDENCE.md)
+        for the operations created at or after ``since`` (the run's start)."""
         import psycopg
         from psycopg.rows import dict_row
 
@@ -176,16 +213,19 @@ class ControlPlaneAdapter:
         out.mkdir(parents=True, exist_ok=True)
         counts: dict[str, int] = {}
         with psycopg.connect(self.admin_dsn, row_factory=dict_row, connect_timeout=5) as conn:
+            params = {"since": since or _EPOCH}
+            ops: set[str] = set()
             for name, sql in (("operations", _OPS_SQL), ("attempts", _ATTEMPTS_SQL),
-                              ("events", _EVENTS_SQL)):
-                rows = conn.execute(sql).fetchall()
+                              ("events", _EVENTS_SQL), ("agents", _AGENTS_SQL)):
+                rows = conn.execute(sql, params if "%(since)s" in sql else None).fetchall()
                 _write_jsonl(out / f"{name}.jsonl", rows)
                 counts[name] = len(rows)
-        counts["objects"] = self._objects(out / "objects.jsonl")
+                if name == "operations":
+                    ops = {r["id"] for r in rows}
+        counts["objects"] = snapshot_objects(self.s3_endpoint, self.bucket,
+                                             out / "objects.jsonl", self.region,
+                                             operations=None if since is None else ops)
         return counts
-
-    def _objects(self, path: Path) -> int:
-        return snapshot_objects(self.s3_endpoint, self.bucket, path, self.region)
 
 
 def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> Any:
@@ -202,19 +242,29 @@ def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> A
     return boto3.client("s3", region_name=region)
 
 
-def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str | None = None) -> int:
+def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str | None = None,
+                     operations: set[str] | None = None) -> int:
     """objects.jsonl of a platform snapshot; empty when the environment names no object store."""
     if not (endpoint or region):
         path.write_text("")
         return 0
-    return write_objects(s3_client(endpoint, bucket, region), bucket, path)
+    return write_objects(s3_client(endpoint, bucket, region), bucket, path, operations)
 
 
-def write_objects(s3: Any, bucket: str, path: Path) -> int:
+def _belongs(key: str, operations: set[str] | None) -> bool:
+    """Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/..."""
+    if operations is None:
+        return True
+    parts = key.split("/", 2)
+    return len(parts) > 2 and parts[0] in ("checkpoints", "artifacts") and parts[1] in operations
+
+
+def write_objects(s3: Any, bucket: str, path: Path, operations: set[str] | None = None) -> int:
     """snapshot/objects.jsonl: the bucket's listing with sha256, manifests parsed (shared by
-    every adapter whose platform writes to the environment's S3 store, and cloud runs)."""
+    every adapter whose platform writes to the environment's S3 store, and cloud runs); only
+    the objects of ``operations`` when given (this run's)."""
     listing = [obj for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-               for obj in page.get("Contents", [])]
+               for obj in page.get("Contents", []) if _belongs(obj["Key"], operations)]
 
     def row_of(obj: dict[str, Any]) -> dict[str, Any]:
         body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()

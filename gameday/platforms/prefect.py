@@ -157,8 +157,11 @@ class PrefectAdapter:
     def submit(self, req: SubmitRequest) -> Ack:
         w = req.workload
         pool = self.pool_for(w)
-        body = {"parameters": {"steps": w.steps, "checkpoint_every": w.checkpoint_every,
-                               "seed": w.seed, "step_delay": w.step_delay},
+        params = {"steps": w.steps, "checkpoint_every": w.checkpoint_every, "seed": w.seed,
+                  "step_delay": w.step_delay}
+        if w.checkpoint_commit_delay:
+            params["checkpoint_commit_delay"] = w.checkpoint_commit_delay
+        body = {"parameters": params,
                 "idempotency_key": req.idempotency_key,
                 "tags": ["gameday", f"queue:{w.queue}", f"pool:{pool}"]}
         r = self._call("POST", f"/deployments/{self.deployments[pool]}/create_flow_run",
@@ -286,12 +289,14 @@ class PrefectAdapter:
             offset += page
 
     # -- evidence --------------------------------------------------------------------------
-    def snapshot(self, out_dir: Path) -> dict[str, int]:
+    def snapshot(self, out_dir: Path, since: datetime | None = None) -> dict[str, int]:
         """Write snapshot/{operations,attempts,events,objects}.jsonl (docs/EVIDENCE.md) from
-        Prefect's flow runs, their state history and their logs."""
+        Prefect's flow runs created at or after ``since`` (the run's start), their state
+        history and their logs."""
         out = out_dir / "snapshot"
         out.mkdir(parents=True, exist_ok=True)
-        runs = sorted(self._all_flow_runs(), key=lambda f: f["created"])
+        runs = sorted((f for f in self._all_flow_runs()
+                       if since is None or _time(f["created"]) >= since), key=lambda f: f["created"])
         logs = self._logs([f["id"] for f in runs])
         ops, attempts, events = [], [], []
         for fr in runs:
@@ -315,7 +320,9 @@ class PrefectAdapter:
         for name, rows in (("operations", ops), ("attempts", attempts), ("events", events)):
             _write_jsonl(out / f"{name}.jsonl", rows)
         counts = {"operations": len(ops), "attempts": len(attempts), "events": len(events)}
-        counts["objects"] = snapshot_objects(self.s3_endpoint, self.bucket, out / "objects.jsonl")
+        counts["objects"] = snapshot_objects(
+            self.s3_endpoint, self.bucket, out / "objects.jsonl",
+            operations=None if since is None else {o["id"] for o in ops})
         return counts
 
 
@@ -326,6 +333,11 @@ def _event(op: str, attempt: str | None, time_: str, kind: str, *, from_state: s
     return {"operation_id": op, "attempt_id": attempt, "time": time_, "actor": actor,
             "kind": kind, "from_state": from_state, "to_state": to_state, "reason": reason,
             "data": data or {}}
+
+
+def _time(value: str) -> datetime:
+    d = datetime.fromisoformat(value)
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
 def _timeline(fr: dict[str, Any], history: list[dict[str, Any]],

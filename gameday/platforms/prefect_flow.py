@@ -59,6 +59,7 @@ class _LogStream(io.TextIOBase):
 @flow(name="gameday-train", retries=0, persist_result=False, log_prints=False)
 def gameday_train(steps: int = 40, checkpoint_every: int = 10, seed: int = 7,
                   step_delay: float = 0.05, batch_size: int = 32, learning_rate: float = 0.01,
+                  checkpoint_commit_delay: float = 0.0,
                   s3_endpoint: str | None = None, bucket: str = "ml-artifacts") -> dict[str, Any]:
     from controlplane import storage
     from controlplane.workload.events import emit
@@ -78,7 +79,8 @@ def gameday_train(steps: int = 40, checkpoint_every: int = 10, seed: int = 7,
         store = storage.ObjectStore.from_config(storage.StorageConfig(
             endpoint_url=s3_endpoint or os.environ.get("S3_ENDPOINT_URL"), bucket=bucket))
         store.ensure_bucket()
-        metrics = train(RunContext(operation_id, attempt, store, step_delay=step_delay), config)
+        metrics = train(RunContext(operation_id, attempt, store, step_delay=step_delay,
+                                   checkpoint_commit_delay=checkpoint_commit_delay), config)
         stream.flush()
     return {**metrics, "artifacts_prefix": storage.artifact_prefix(operation_id, attempt),
             "attempt": attempt}

@@ -301,6 +301,18 @@ class FaultInjector:
         """Cut one agent off from the control plane (its own proxy route); the others keep working."""
         return self._proxy_fault("partition_agent", self._agent(name), f"agent-{name}", mode)
 
+    def partition_database(self, component: str, mode: str = "refuse") -> dict[str, Any]:
+        """Cut one API replica off from the database (its own proxy route to HAProxy's pg
+        frontend); the other replica keeps its connection."""
+        if "db_route" not in getattr(self.env.components.get(component), "ports", {}):
+            replicas = [n for n, c in self.env.components.items() if "db_route" in c.ports]
+            raise UnknownTarget(f"{component!r} has no database route of its own; API replicas: "
+                                f"{', '.join(replicas) or 'none (restart the environment)'}")
+        return self._proxy_fault("partition_database", component, f"db-{component}", mode)
+
+    def heal_database(self, component: str) -> dict[str, Any]:
+        return self._proxy_heal("partition_database", component, f"db-{component}")
+
     def heal_agent(self, name: str) -> dict[str, Any]:
         return self._proxy_heal("partition_agent", self._agent(name), f"agent-{name}")
 
@@ -351,9 +363,11 @@ class FaultInjector:
         """Record the end of every active fault; revert the ones that outlive processes."""
         restored = []
         for key, fault in self.active().items():
-            if fault["fault"] in ("artifact_store_unreachable", "registry_unreachable", "partition_agent"):
+            if fault["fault"] in ("artifact_store_unreachable", "registry_unreachable",
+                                  "partition_agent", "partition_database"):
                 try:
-                    route = {"artifact_store_unreachable": "s3", "registry_unreachable": "registry"}.get(
+                    route = {"artifact_store_unreachable": "s3", "registry_unreachable": "registry",
+                             "partition_database": f"db-{fault['target']}"}.get(
                         fault["fault"], f"agent-{fault['target']}")
                     self._route(route, "pass")
                 except EnvError:
@@ -389,6 +403,8 @@ class FaultInjector:
                 self.registry_restore()
             elif kind == "partition_agent":
                 self.heal_agent(target)
+            elif kind == "partition_database":
+                self.heal_database(target)
             elif kind == "withdraw_pool":
                 self.restore_pool(target)
             else:

@@ -75,6 +75,8 @@ def port_names(agents: tuple[AgentSpec, ...]) -> list[str]:
         "proxy_control", "proxy_s3", "proxy_registry", "prometheus", "reconciler_metrics",
     ]
     names += [f"api{i}" for i in range(1, API_REPLICAS + 1)]
+    # each API replica reaches the database through its own fault-proxy route
+    names += [f"proxy_db_api{i}" for i in range(1, API_REPLICAS + 1)]
     for agent in agents:
         names += [f"proxy_agent_{agent.name}", f"agent_metrics_{agent.name}"]
     return names

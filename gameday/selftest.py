@@ -1,0 +1,177 @@
+"""`gameday selftest`: prove each failure class's experiment catches a broken platform.
+
+For every seeded defect (controlplane/defects.py: a hidden, test-only switch that breaks one
+promise of the reference control plane) the local environment's control-plane processes are
+restarted with the defect on, the experiment meant to catch it runs as a normal game day
+(background load, evidence, evaluation), and the defect counts as caught only when the gate
+fails (exit 2) with the *named* objective among the failed checks. A probe failing, or some
+other objective failing, is reported but is not "caught": the matrix shows what each objective
+really detects. The healthy platform passing the same experiments is the other half of the
+proof (`gameday run --suite core`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gameday.run import EXIT_REFUSED, Options, resolve_home, run_gameday
+
+
+@dataclass(frozen=True)
+class Case:
+    failure_class: str
+    defect: str
+    experiment: str
+    objective: str  # the check id that must fail
+
+
+MATRIX: tuple[Case, ...] = (
+    Case("api-replica-loss", "ack-before-commit", "api-replica-loss",
+         "api-replica-loss.rpo.acknowledged_submissions"),
+    Case("api-replica-loss", "idempotency-ignored", "api-replica-loss",
+         "api-replica-loss.rpo.acknowledged_submissions"),
+    Case("db-primary-loss", "readyz-lies", "db-unreachable-from-api-replica",
+         "db-unreachable-from-api-replica.invariant.served-after-detection"),
+    Case("agent-connectivity-loss", "fencing-off", "agent-connectivity-loss",
+         "agent-connectivity-loss.invariant.fencing"),
+    Case("agent-connectivity-loss", "leases-never-expire", "agent-connectivity-loss",
+         "agent-connectivity-loss.rto"),
+    Case("artifact-store-unavailable", "success-without-artifacts", "artifact-store-unavailable",
+         "artifact-store-unavailable.rpo.artifacts"),
+    Case("node-pool-exhausted", "blocked-never-drain", "node-pool-exhausted",
+         "node-pool-exhausted.rto"),
+    Case("registry-failure", "retries-unbounded", "registry-failure",
+         "registry-failure.invariant.bounded-retries"),
+    Case("node-interruption-checkpoint", "torn-checkpoint-resume", "node-interruption-checkpoint",
+         "node-interruption-checkpoint.rpo.checkpoint_progress"),
+    Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
+         "ineligible-fallback-region.invariant.eligible-placement"),
+)
+
+
+@dataclass
+class Result:
+    case: Case
+    caught: bool
+    exit_code: int
+    failed_checks: list[str]
+    run_dir: str | None
+    seconds: float
+    note: str = ""
+
+
+def judge(case: Case, exit_code: int, verdict: dict[str, Any] | None) -> tuple[bool, list[str], str]:
+    """Caught = the gate failed on objectives (exit 2) and the named objective is among the
+    failed checks. Pure: the verdict JSON in, the decision out."""
+    if verdict is None:
+        return False, [], f"no verdict (exit {exit_code})"
+    failed = [c["id"] for c in verdict.get("checks", [])
+              if c.get("status") == "fail" and c.get("experiment") == case.experiment]
+    if case.objective not in failed:
+        why = f"{case.objective} did not fail" + (f" (failed: {', '.join(failed)})" if failed else "")
+        return False, failed, why
+    if exit_code != 2:
+        return False, failed, f"{case.objective} failed but the run exited {exit_code}, not 2"
+    return True, failed, ""
+
+
+def _only_run(runs: Path) -> Path | None:
+    dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    return dirs[0] if len(dirs) == 1 else None
+
+
+def run_case(case: Case, env: Any, runs: Path, log: Path, home: Path) -> Result:
+    started = time.monotonic()
+    env.set_defects([case.defect])
+    try:
+        with open(log, "w") as out:
+            code = run_gameday(Options(experiments=(case.experiment,), runs_dir=runs,
+                                       home=home, suite="selftest"),
+                               Console(file=out, width=120, force_terminal=False))
+    finally:
+        env.set_defects([])
+    run_dir = _only_run(runs)
+    verdict = None
+    if run_dir is not None and (run_dir / "verdict.json").exists():
+        verdict = json.loads((run_dir / "verdict.json").read_text())
+    caught, failed, note = judge(case, code, verdict)
+    return Result(case, caught, code, failed, str(run_dir) if run_dir else None,
+                  round(time.monotonic() - started, 1), note)
+
+
+def _table(results: list[Result]) -> Table:
+    t = Table(title="seeded defects: does each experiment catch its broken promise?")
+    for col in ("failure class", "defect", "experiment", "result", "caught by", "exit", "s"):
+        t.add_column(col)
+    for r in results:
+        t.add_row(r.case.failure_class, r.case.defect, r.case.experiment,
+                  "[green]caught[/]" if r.caught else "[red]MISSED[/]",
+                  r.case.objective if r.caught else r.note, str(r.exit_code), f"{r.seconds:.0f}")
+    return t
+
+
+@click.command("selftest")
+@click.option("--defect", "defects", multiple=True, type=click.Choice([c.defect for c in MATRIX]),
+              help="Only this seeded defect (repeatable); default: the whole matrix.")
+@click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("runs"), show_default=True,
+              help="Run directories go to RUNS_DIR/selftest-<time>/<defect>/.")
+@click.option("--down-after/--keep-env", default=False,
+              help="Take down an environment this command brought up (default: keep it).")
+def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> None:
+    """Run each seeded control-plane defect against the experiment meant to catch it and print
+    the matrix: failure class, defect, experiment, caught/missed, the objective that caught it.
+    Local environment only; exit 0 when every defect was caught by its named objective."""
+    from infra.local.env import LocalEnvironment
+    from infra.local.errors import EnvError
+
+    console = Console()
+    home = resolve_home(None)
+    cases = [c for c in MATRIX if not defects or c.defect in defects]
+    env = LocalEnvironment("local", home)
+    started_env = False
+    if not env.is_running():
+        console.print("bringing up the local environment ...")
+        try:
+            env.up(reporter=lambda m: console.print(f"  {m}", highlight=False))
+        except EnvError as exc:
+            console.print(f"[bold red]refused[/]: the environment did not come up: {exc}")
+            sys.exit(EXIT_REFUSED)
+        started_env = True
+    env = LocalEnvironment.load("local", home)
+    if env.info.get("platform", "controlplane") != "controlplane":
+        console.print("[bold red]refused[/]: seeded defects exist for the reference control "
+                      "plane only; this environment runs " + env.info["platform"])
+        sys.exit(EXIT_REFUSED)
+    root = (runs_dir / ("selftest-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))).resolve()
+    root.mkdir(parents=True)
+    results: list[Result] = []
+    try:
+        for i, case in enumerate(cases, 1):
+            console.print(f"[{i}/{len(cases)}] {case.defect} -> {case.experiment} ...",
+                          highlight=False)
+            r = run_case(case, env, root / case.defect, root / f"{case.defect}.log", home)
+            results.append(r)
+            console.print(f"    {'caught by ' + case.objective if r.caught else 'MISSED: ' + r.note}"
+                          f" (exit {r.exit_code}, {r.seconds:.0f}s)", highlight=False)
+            (root / "selftest.json").write_text(json.dumps(
+                [{**asdict(x.case), **{k: v for k, v in asdict(x).items() if k != "case"}}
+                 for x in results], indent=2))
+    finally:
+        if started_env and down_after:
+            env.down()
+    console.print(_table(results))
+    caught = sum(r.caught for r in results)
+    console.print(f"{caught}/{len(results)} seeded defects caught by their named objective; "
+                  f"evidence in {root}", highlight=False)
+    sys.exit(0 if caught == len(results) else 1)
