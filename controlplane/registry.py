@@ -24,7 +24,7 @@ OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 # docker-registry 2.8 answers 404 MANIFEST_UNKNOWN for an OCI manifest unless its type is
-# accepted (DESIGN.md section 7), so every type we can run is listed.
+# accepted (docs/DESIGN.md section 8.8), so every type we can run is listed.
 MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_MANIFEST_LIST}"
 
 _REF = re.compile(

@@ -63,7 +63,7 @@ class StorageConfig:
     access_key: str | None = None
     secret_key: str | None = None
     # botocore's defaults (60 s read timeout, legacy retries) hang for minutes when the
-    # endpoint is SIGSTOPped (DESIGN.md section 7): keep each call short, retry above it.
+    # endpoint is SIGSTOPped (docs/DESIGN.md section 8.7): keep each call short, retry above it.
     connect_timeout: float = 2.0
     read_timeout: float = 3.0
     # Our own loop (ObjectStore._with_retry) retries with backoff and a deadline; botocore's

@@ -11,7 +11,8 @@ import yaml
 EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments"
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
-# core: every failure class of DESIGN.md. full: core + the slower rehearsals (restore from backup).
+# core: every failure class (docs/DESIGN.md section 3).
+# full: core + the slower rehearsals (restore from backup).
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
     "core": ("api-replica-loss", "db-primary-loss", "db-unreachable-from-api-replica",

@@ -1,4 +1,4 @@
-"""Locust users for `gameday load`. Runs only in its own process (DESIGN.md section 7):
+"""Locust users for `gameday load`. Runs only in its own process (docs/DESIGN.md section 8.3):
 `gameday load run` starts it with GAMEDAY_LOAD_CONFIG / GAMEDAY_LOAD_TOKEN set.
 
 Submitter       POST /v1/operations, one fresh Idempotency-Key per logical submission, retried
@@ -108,7 +108,7 @@ def _write_stats(environment: Environment, **_: Any) -> None:
     if _state["writers"] is not None:
         _state["writers"].close()
     # failures are judged by `gameday load` from the evidence; Locust's own exit code only says
-    # whether the run itself worked (DESIGN.md section 7: set process_exit_code yourself)
+    # whether the run itself worked (docs/DESIGN.md section 8.3: set process_exit_code yourself)
     environment.process_exit_code = 0
 
 

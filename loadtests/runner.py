@@ -7,7 +7,7 @@ Python API for the game-day runner:
     summary = handle.stop()               # ends the run, writes the files, judges
 
 `gameday load run` is `start(...).wait()`. Locust never runs in the caller's process: gevent's
-monkey-patching breaks next to requests/boto3 (DESIGN.md section 7).
+monkey-patching breaks next to requests/boto3 (docs/DESIGN.md section 8.3).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A bad file fails with one ``ScenarioError`` naming the file, the field and the reason. This
 module is imported by the CLI *and* inside the Locust process, so it stays free of network
-libraries (requests/boto3 break gevent's monkey-patching, DESIGN.md section 7).
+libraries (requests/boto3 break gevent's monkey-patching, docs/DESIGN.md section 8.3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SLOs, recovery objectives, evidence, gate and report (DESIGN.md section 2).
+"""SLOs, recovery objectives, evidence, gate and report (docs/DESIGN.md section 2).
 
 specs/      OpenSLO + RecoveryObjective specs and their loader (`load_specs`)
 evidence    run-directory loader (docs/EVIDENCE.md)

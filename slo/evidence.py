@@ -163,7 +163,7 @@ class Journal(_Record):
     @property
     def experiment_ok(self) -> bool:
         """Chaos Toolkit exits 0 when the steady state is broken *before* the method, so the
-        before-check is ours to read (DESIGN.md section 7)."""
+        before-check is ours to read (docs/DESIGN.md section 8.2)."""
         return (
             self.status == "completed"
             and not self.deviated

@@ -32,7 +32,7 @@ DENY_SID = "GamedayArtifactStoreUnreachable"  # fixed: lets restore find and str
 DENY_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
                 "s3:ListBucket", "s3:ListBucketVersions", "s3:AbortMultipartUpload",
                 "s3:ListMultipartUploadParts"]
-# Explicit timeouts: botocore's defaults can hang for minutes (DESIGN.md section 7).
+# Explicit timeouts: botocore's defaults can hang for minutes (docs/DESIGN.md section 8.7).
 BOTO_CONFIG = Config(connect_timeout=10, read_timeout=60,
                      retries={"max_attempts": 5, "mode": "standard"})
 

@@ -1,4 +1,4 @@
-"""The adapter interface between the harness and a platform under test (DESIGN.md section 8).
+"""The adapter interface between the harness and a platform under test (docs/DESIGN.md section 7).
 
 The SLO math never sees a platform: adapters translate the platform's own records into the
 generic evidence files of docs/EVIDENCE.md. Experiments reach the platform only through these

@@ -44,7 +44,7 @@ class Cluster(pulumi.ComponentResource):
         super().__init__(f"{TYPE_PREFIX}:Cluster", name, None, opts)
         self.name = naming.prefix
         # One node role per pool: control-plane nodes and workload nodes never share
-        # credentials (DESIGN.md section 3, isolation).
+        # credentials (docs/DESIGN.md section 4.9).
         self.node_roles = {}
         for pool in pools:
             role = aws.iam.Role(

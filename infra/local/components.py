@@ -148,7 +148,8 @@ def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
                 # switchovers and sync-standby assignment quick. ttl >= loop_wait + 2*retry_timeout.
                 "ttl": 8, "loop_wait": 1, "retry_timeout": 3,
                 "maximum_lag_on_failover": 1048576,
-                # 0: a crashed primary is failed over, not restarted in place (DESIGN.md 7).
+                # 0: a crashed primary is failed over, not restarted in place
+                # (docs/DESIGN.md section 8.5).
                 "primary_start_timeout": 0,
                 "synchronous_mode": True,
                 "synchronous_mode_strict": False,
@@ -173,7 +174,7 @@ def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
             "connect_address": f"127.0.0.1:{pg}",
             "data_dir": str(home / "data"),
             "bin_dir": str(PG_BIN),
-            "pgpass": str(home / "pgpass"),  # one per member (DESIGN.md 7)
+            "pgpass": str(home / "pgpass"),  # one per member (docs/DESIGN.md section 8.5)
             "authentication": {
                 "superuser": {"username": "postgres", "password": secrets.pg_superuser},
                 "replication": {"username": "replicator", "password": secrets.pg_replication},
@@ -219,8 +220,8 @@ defaults
   timeout server 30m
   timeout queue 5s
 
-# Writes go to whichever Patroni member answers OPTIONS /primary with 200 (DESIGN.md 7:
-# OPTIONS, not GET; a libpq multi-host DSN can keep picking a zombie primary).
+# Writes go to whichever Patroni member answers OPTIONS /primary with 200 (OPTIONS, not GET;
+# a libpq multi-host DSN can keep picking a zombie primary: docs/DESIGN.md section 8.6).
 frontend pg
   mode tcp
   bind 127.0.0.1:{ports['haproxy_pg']}

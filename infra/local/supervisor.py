@@ -5,7 +5,7 @@ One small daemon per environment (``python -m infra.local.supervisor --state DIR
 * it is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so processes that double-fork away
   from their parent (Patroni starts postgres that way) are re-parented to it and reaped at
   once. This machine's PID 1 reaps late, and a zombie postmaster makes a restart fail with
-  "lock file already exists" (DESIGN.md section 7);
+  "lock file already exists" (docs/DESIGN.md section 8.4);
 * every component is started in its own session (``start_new_session=True``), so its
   process group can be signalled as one; logs go to ``<state>/logs/<name>.log``;
 * while ``up`` is running it watches the launching process (``--owner-pid``): if the

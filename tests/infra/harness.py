@@ -1,6 +1,6 @@
 """Run the Pulumi program offline under mocks and return what it registered.
 
-Pattern measured in DESIGN.md section 7: ``set_mocks(..., preview=False)`` + config via
+Pattern measured in docs/DESIGN.md section 8.10: ``set_mocks(..., preview=False)`` + config via
 ``set_all_config`` + ``runpy.run_path`` (fresh per stack) + a MockMonitor whose registered
 resources we read. Remote components (eks.Cluster, ManagedNodeGroup, helm Chart) are opaque
 under mocks, so ``PlatformMocks`` returns their outputs itself.
