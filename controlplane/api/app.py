@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
 from controlplane import metrics
-from controlplane.api import serialize
+from controlplane.api import admin, serialize
 from controlplane.db import make_pool
 from controlplane.models import (
     AgentRegistration,
@@ -391,6 +391,7 @@ def create_app(settings: Settings) -> FastAPI:
                                          alive_seconds=settings.lease_seconds)
         return serialize.operation(row, None)
 
+    admin.install(app, Conn, Admin)  # restore from a client ledger; 308 for redirected ids
     return app
 
 
