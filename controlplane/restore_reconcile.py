@@ -7,8 +7,11 @@ rewind. So after a restore there can be:
 - artifacts of operations the store no longer knows (created after the restore point), and
   artifacts of attempts it no longer knows (attempt number above ``attempt_count``): moved to
   ``quarantine/restore-<id>/`` so a new attempt with the same number never mixes with them;
-- acknowledged submissions the store lost: replayed from the client ledgers with the **same**
-  idempotency key (201 = re-created, 200 = it was there after all);
+- acknowledged submissions the store lost: replayed from the client ledgers through the admin
+  restore route with the **same** operation id and idempotency key, so a client holding the id
+  it was given still finds it (201 = re-created, 200 = it was there after all). Only when the
+  key was re-used for the same payload after the restore (the client re-submitted) does the
+  old id become a redirect (308) to the operation holding the key (``identity``);
 - non-terminal operations with a completion manifest, and succeeded operations without one:
   reported, never hand-edited (fail closed: only an attempt that verified its artifacts marks
   an operation succeeded; the retry path re-runs and resumes from the newest checkpoint).
@@ -167,27 +170,39 @@ def quarantine(s3: Any, bucket: str, prefix: str, restore_id: str) -> int:
     return moved
 
 
-def replay(api_url: str, project_tokens: Mapping[str, str], line: LedgerLine,
+RESTORE_ROUTE = "/v1/admin/operations/restore"  # controlplane/api/admin.py
+
+
+def replay(api_url: str, admin_token: str, line: LedgerLine, restore_id: str,
            timeout: float = 10.0) -> dict[str, Any]:
+    """Re-create one lost acknowledgement under its operation id (admin route). The record
+    (restore.json): ``old_id`` the client holds, ``new_id`` that answers now, ``identity``
+    ``same_id`` (they are equal) or ``redirect`` (the old id answers 308 to the new one)."""
     import httpx
 
-    token = project_tokens.get(line.project)
-    if token is None:
-        return {"key": line.idempotency_key, "status": None, "error": f"no token for {line.project!r}"}
+    out: dict[str, Any] = {"key": line.idempotency_key, "status": None,
+                           "old_id": line.operation_id, "new_id": None, "identity": None}
+    body = {"project": line.project, "idempotency_key": line.idempotency_key,
+            "operation_id": line.operation_id, "spec": dict(line.request or {}),
+            "acknowledged_at": line.acked_at, "restore_id": restore_id,
+            "redirect_if_key_taken": True}
     try:
-        r = httpx.post(f"{api_url}/v1/operations", json=dict(line.request or {}), timeout=timeout,
-                       headers={"Authorization": f"Bearer {token}",
-                                "Idempotency-Key": line.idempotency_key})
+        r = httpx.post(f"{api_url}{RESTORE_ROUTE}", json=body, timeout=timeout,
+                       headers={"Authorization": f"Bearer {admin_token}"})
     except httpx.HTTPError as exc:
-        return {"key": line.idempotency_key, "status": None, "error": f"{type(exc).__name__}: {exc}"}
-    new_id = r.json().get("id") if r.status_code in (200, 201) else None
-    return {"key": line.idempotency_key, "status": r.status_code, "old_id": line.operation_id,
-            "new_id": new_id, "error": None if new_id else r.text[:200]}
+        return {**out, "error": f"{type(exc).__name__}: {exc}"}
+    out["status"] = r.status_code
+    if r.status_code not in (200, 201):
+        return {**out, "error": r.text[:300]}
+    out["new_id"] = r.json().get("id")
+    same = str(out["new_id"]).lower() == line.operation_id.lower()
+    out["identity"] = "same_id" if same else "redirect"
+    return {**out, "error": None}
 
 
 def reconcile(*, dsn: str, s3: Any, bucket: str, ledger: list[LedgerLine],
               restore_point: datetime, restore_id: str, apply: bool,
-              api_url: str | None = None, project_tokens: Mapping[str, str] | None = None,
+              api_url: str | None = None, admin_token: str | None = None,
               ) -> dict[str, Any]:
     """Plan, then (with ``apply``) quarantine, and replay when ``api_url`` is given. Without
     it (intake still closed, the restore order's step 5) the lines to replay after the reopen
@@ -206,10 +221,12 @@ def reconcile(*, dsn: str, s3: Any, bucket: str, ledger: list[LedgerLine],
         report["quarantined_objects"] = sum(quarantine(s3, bucket, p, restore_id)
                                             for p in decided.quarantine_prefixes)
         if api_url:
-            report["replayed"] = [replay(api_url, project_tokens or {}, x) for x in decided.replay]
+            report["replayed"] = [replay(api_url, admin_token or "", x, restore_id)
+                                  for x in decided.replay]
             failed = [r for r in report["replayed"] if r["error"]]
         else:
-            report["replay_pending"] = [asdict(x) for x in decided.replay]
+            report["replay_pending"] = [{**asdict(x), "restore_id": restore_id}
+                                        for x in decided.replay]
     report["consistent"] = bool(apply and not failed and not decided.unreplayable
                                 and not decided.lost_before_restore_point
                                 and not decided.succeeded_without_manifest)

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
 from controlplane import defects, metrics
-from controlplane.api import serialize
+from controlplane.api import admin, serialize
 from controlplane.db import make_pool
 from controlplane.models import (
     AgentRegistration,
@@ -396,6 +396,7 @@ def create_app(settings: Settings) -> FastAPI:
                                          alive_seconds=settings.lease_seconds)
         return serialize.operation(row, None)
 
+    admin.install(app, Conn, Admin)  # restore from a client ledger; 308 for redirected ids
     return app
 
 

@@ -95,6 +95,9 @@ async def get(conn: AsyncConnection, op_id: str, project_id: str | None) -> dict
             (_uuid(op_id), project_id, project_id))
         row = await cur.fetchone()
     if row is None:
+        new_id = await redirect_of(conn, op_id, project_id)
+        if new_id is not None:
+            raise Moved(op_id, new_id)
         raise NotFound(f"operation {op_id} not found")
     return row
 
@@ -196,3 +199,126 @@ def _uuid(value: str) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError as exc:
         raise NotFound(f"operation {value} not found") from exc
+
+
+# -- restore from a client ledger (admin) ------------------------------------------------------
+class Moved(NotFound):
+    """The id was acknowledged, but a database restore could only re-create it under another
+    id (see :func:`restore`). A NotFound, so a caller that does not know redirects still fails
+    closed with 404."""
+
+    def __init__(self, old_id: str, new_id: str) -> None:
+        super().__init__(f"operation {old_id} was restored as {new_id}")
+        self.old_id, self.new_id = old_id, new_id
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    operation: dict[str, Any]
+    created: bool
+    identity: str  # same_id | redirect
+
+
+async def redirect_of(conn: AsyncConnection, op_id: str, project_id: str | None) -> str | None:
+    """The id that replaced ``op_id``, visible to ``project_id`` (None: admin, any project)."""
+    try:
+        old = uuid.UUID(str(op_id))
+    except ValueError:
+        return None
+    cur = await conn.execute(
+        "SELECT new_id::text FROM operation_redirects"
+        " WHERE old_id = %s AND (%s::uuid IS NULL OR project_id = %s)",
+        (old, project_id, project_id))
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
+_RESTORE = """
+WITH ins AS (
+    INSERT INTO operations (id, project_id, idempotency_key, payload_hash, name, queue, priority,
+                            spec, state, state_reason, max_retries, timeout_seconds)
+    VALUES (%(op_id)s, %(project_id)s, %(key)s, %(hash)s, %(name)s, %(queue)s, %(priority)s,
+            %(spec)s, 'accepted', 'restored from a client ledger', %(max_retries)s, %(timeout)s)
+    ON CONFLICT DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO events (operation_id, actor, kind, to_state, reason, data)
+    SELECT id, %(actor)s, 'restored_from_ledger', 'accepted',
+           'acknowledged submission restored from a client ledger', %(data)s
+    FROM ins
+), n AS (
+    SELECT pg_notify('controlplane_work', 'submitted') FROM ins
+)
+SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
+"""
+
+
+async def restore(conn: AsyncConnection, *, project_id: str, key: str, spec: dict[str, Any],
+                  op_id: str, acked_at: datetime, restore_id: str, actor: str,
+                  redirect_if_key_taken: bool = False) -> RestoreResult:
+    """Re-create an acknowledged submission a database restore lost, under the id the client
+    was given, in one transaction. Idempotent: the same id, key and payload again -> the same
+    operation (``created`` False). Conflicts name what holds the id or the key. Only when the
+    key now belongs to another operation with the same payload (the client re-submitted after
+    the restore) and ``redirect_if_key_taken``: record ``op_id`` -> that operation instead."""
+    h = payload_hash(spec)
+    data = {"idempotency_key": key, "acked_at": acked_at.isoformat(), "restore_id": restore_id}
+    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        # one restore of an id at a time: the checks below read, then write a redirect
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                          (f"restore:{op_id}",))
+        await cur.execute("SELECT * FROM operation_redirects WHERE old_id = %s", (op_id,))
+        moved = await cur.fetchone()
+        if moved is not None:
+            return await _existing_redirect(cur, moved, project_id, key, h, op_id)
+        try:
+            await cur.execute(_RESTORE, {
+                "op_id": op_id, "project_id": project_id, "key": key, "hash": h,
+                "name": spec["name"], "queue": spec["queue"], "priority": spec["priority"],
+                "spec": Jsonb(spec), "max_retries": spec["max_retries"],
+                "timeout": spec["timeout_seconds"], "actor": actor, "data": Jsonb(data)})
+        except psycopg.errors.ForeignKeyViolation as exc:
+            raise InvalidReference(f"queue {spec['queue']!r} does not exist") from exc
+        row = await cur.fetchone()
+        if row is not None:
+            return RestoreResult(row, True, "same_id")
+        await cur.execute("SELECT * FROM operations WHERE id = %s", (op_id,))
+        by_id = await cur.fetchone()
+        if by_id is not None and (str(by_id["project_id"]) != str(project_id)
+                                  or by_id["idempotency_key"] != key):
+            raise Conflict(f"operation id {op_id} is taken by another submission (key "
+                           f"{by_id['idempotency_key']!r}); it cannot be restored under it")
+        await cur.execute("SELECT * FROM operations WHERE project_id = %s AND idempotency_key = %s",
+                          (project_id, key))
+        by_key = await cur.fetchone()
+        if by_key is None:  # cannot happen: operations are never deleted
+            raise Conflict(f"operation {op_id} conflicts but is not visible; retry")
+        if by_key["payload_hash"] != h:
+            raise Conflict(f"idempotency key {key!r} belongs to operation {by_key['id']} with a "
+                           "different payload; not the acknowledged submission")
+        if str(by_key["id"]) == str(op_id):
+            return RestoreResult(by_key, False, "same_id")
+        if not redirect_if_key_taken:
+            raise Conflict(f"idempotency key {key!r} now belongs to operation {by_key['id']}, "
+                           f"not {op_id}; pass redirect_if_key_taken to redirect {op_id} to it")
+        await cur.execute(
+            "INSERT INTO operation_redirects (old_id, new_id, project_id, idempotency_key,"
+            " restore_id, acknowledged_at) VALUES (%s, %s, %s, %s, %s, %s)",
+            (op_id, by_key["id"], project_id, key, restore_id, acked_at))
+        await record_event(conn, by_key["id"], actor=actor, kind="restored_from_ledger",
+                           reason=f"acknowledged as {op_id}: that id now redirects here",
+                           data={**data, "redirected_from": str(op_id)})
+    return RestoreResult(by_key, False, "redirect")
+
+
+async def _existing_redirect(cur: Any, moved: dict[str, Any], project_id: str, key: str,
+                             h: str, op_id: str) -> RestoreResult:
+    """A repeated restore of an id that was already redirected: the same answer, or a 409."""
+    if str(moved["project_id"]) != str(project_id) or moved["idempotency_key"] != key:
+        raise Conflict(f"operation id {op_id} already redirects to {moved['new_id']} for key "
+                       f"{moved['idempotency_key']!r}")
+    await cur.execute("SELECT * FROM operations WHERE id = %s", (moved["new_id"],))
+    target = await cur.fetchone()
+    if target["payload_hash"] != h:
+        raise Conflict(f"operation id {op_id} redirects to {target['id']}, whose payload differs")
+    return RestoreResult(target, False, "redirect")

@@ -209,16 +209,25 @@ class DatabaseBackups:
         return report
 
     def replay(self, pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """After the reopen: re-send each lost acknowledged submission with its own
-        idempotency key (the owners' step; here the harness is the client)."""
+        """After the reopen: re-create each lost acknowledged submission under the operation
+        id and idempotency key its client holds (admin restore route). ``pending``: the
+        reconciliation's ``replay_pending`` (ledger lines, each with its ``restore_id``)."""
         from controlplane.restore_reconcile import LedgerLine, replay
 
-        projects = self.env.tokens.get("projects", {})
-        return [replay(self.env.endpoints["api"], projects, LedgerLine(**line)) for line in pending]
+        admin = self.env.tokens.get("admin")
+        if not admin:
+            raise BackupError("environment has no admin token (env.json: tokens.admin): the "
+                              "replay re-creates operations through an admin-only route")
+        out = []
+        for line in pending:
+            fields = dict(line)
+            restore_id = str(fields.pop("restore_id"))
+            out.append(replay(self.env.endpoints["api"], admin, LedgerLine(**fields), restore_id))
+        return out
 
     def reopen_and_replay(self, pending: list[dict[str, Any]],
                           reporter: Reporter | None = None) -> dict[str, Any]:
-        """Step 6 then the owners' replay: intake must be open before anything is re-sent."""
+        """Step 6 then the replay: intake must be open before anything is re-created."""
         out = self.reopen(reporter)
         out["replayed"] = self.replay(pending)
         return out

@@ -37,9 +37,11 @@ def test_restore_rehearsal_passes_the_gate_with_nothing_acknowledged_lost(home: 
     # the two operations acknowledged after the backup were lost by the restore ...
     assert rec["lost_acknowledged"] >= 2 and rec["lost_before_restore_point"] == []
     assert rec["quarantined_objects"] >= 2 and rec["consistent"]
-    # ... and came back through their idempotency keys once intake re-opened
-    assert len(report["reopen"]["replayed"]) == rec["lost_acknowledged"]
-    assert {x["status"] for x in report["reopen"]["replayed"]} == {201}
+    # ... and came back under the ids their clients hold once intake re-opened
+    replayed = report["reopen"]["replayed"]
+    assert len(replayed) == rec["lost_acknowledged"]
+    assert {x["status"] for x in replayed} == {201}
+    assert all(x["new_id"] == x["old_id"] and x["identity"] == "same_id" for x in replayed)
     assert report["restore"]["fencing_token_floor"] >= 1_000_000
     verdict = json.loads((run_dir / "verdict.json").read_text())
     checks = {c["id"]: c["status"] for c in verdict["checks"]}
@@ -114,10 +116,14 @@ def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Pat
         report = json.loads(r.stdout)
         assert report["reconciliation"]["lost_acknowledged"] == 2
         assert [x["status"] for x in report["replayed"]] == [201, 201]
+        # the ids the client was given answer again: re-created under them, not as new ids
+        assert [(x["old_id"], x["new_id"], x["identity"]) for x in report["replayed"]] == [
+            (i, i, "same_id") for i in after]
+        for op_id in after:
+            assert adapter.http.get(f"/v1/operations/{op_id}").status_code == 200  # type: ignore[attr-defined]
         assert acknowledged_submissions_present(configuration=config)["all_present"]
         assert adapter.get(before[0]).state == "succeeded"  # from the backup, untouched
-        replayed = [x["new_id"] for x in report["replayed"]]
-        _wait_succeeded(adapter, replayed)
+        _wait_succeeded(adapter, after)
     finally:
         gameday("env", "down", home=home, timeout=120)
     assert_no_processes(home)

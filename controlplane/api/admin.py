@@ -1,0 +1,64 @@
+"""Admin routes for the database restore order (runbooks/db-primary-loss.md B): re-create an
+acknowledged submission a restore lost under the operation id its client holds, and answer an
+id that could only be redirected with 308 to the operation that replaced it."""
+
+# no `from __future__ import annotations`: FastAPI must see the dependency aliases passed in.
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, Field
+
+from controlplane.api import serialize
+from controlplane.models import Name, OperationSpec, Strict
+from controlplane.store import InvalidReference
+from controlplane.store import operations as op_store
+
+RESTORE_ROUTE = "/v1/admin/operations/restore"
+IDENTITY_HEADER = "X-Restore-Identity"  # same_id | redirect
+
+
+class RestoreRequest(Strict):
+    project: Name
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=200)]
+    operation_id: uuid.UUID
+    spec: OperationSpec
+    acknowledged_at: AwareDatetime
+    restore_id: Annotated[str, Field(min_length=1, max_length=200)]
+    # the key was re-used after the restore for the same payload (a client retry): record
+    # operation_id -> that operation instead of failing with 409
+    redirect_if_key_taken: bool = False
+
+
+def install(app: FastAPI, conn: Any, admin: Any) -> None:
+    """Add the routes and the 308 answer for redirected ids. ``conn`` and ``admin`` are the
+    app's connection and admin-role dependency aliases (Annotated[..., Depends(...)])."""
+
+    @app.exception_handler(op_store.Moved)
+    async def _moved(request: Request, exc: op_store.Moved) -> JSONResponse:
+        # the same sub-resource (events, attempts, cancel) of the operation that replaced it;
+        # 308 keeps the method and body
+        parts = [exc.new_id if seg == exc.old_id else seg for seg in request.url.path.split("/")]
+        location = "/".join(parts) + (f"?{request.url.query}" if request.url.query else "")
+        return JSONResponse({"detail": str(exc), "operation_id": exc.new_id}, 308,
+                            headers={"Location": location})
+
+    @app.post(RESTORE_ROUTE, status_code=201, tags=["operator"])
+    async def restore_operation(body: RestoreRequest, p: admin, c: conn,
+                                response: Response) -> dict[str, Any]:
+        cur = await c.execute("SELECT id::text FROM projects WHERE name = %s", (body.project,))
+        row = await cur.fetchone()
+        if row is None:
+            raise InvalidReference(f"field project: project {body.project!r} does not exist")
+        res = await op_store.restore(
+            c, project_id=row[0], key=body.idempotency_key,
+            spec=body.spec.model_dump(mode="json"), op_id=str(body.operation_id),
+            acked_at=body.acknowledged_at, restore_id=body.restore_id,
+            actor=f"admin:restore-{body.restore_id}",
+            redirect_if_key_taken=body.redirect_if_key_taken)
+        if not res.created:
+            response.status_code = 200
+        response.headers[IDENTITY_HEADER] = res.identity
+        return serialize.operation(res.operation, body.project)
