@@ -17,6 +17,7 @@ import httpx
 import yaml
 
 from gameday.pgserver import free_port
+from infra.local import watchdog
 
 
 def gameday_cmd(*args: str) -> list[str]:
@@ -59,6 +60,7 @@ def spawn(name: str, args: list[str], logdir: Path, env: dict[str, str] | None =
     popen = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, **(env or {})})
     out.close()
+    watchdog.watch(popen.pid)  # dies with its owner, even a test session killed hard
     return Proc(name, popen, log, port)
 
 

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.local import watchdog
+
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 
@@ -83,6 +85,7 @@ class PostgresServer:
         self._log = open(self.root / "postgres.log", "ab")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, **run_as)  # type: ignore[call-overload]
+        watchdog.watch(self.proc.pid)  # dies with its owner, even a test session killed hard
         self._wait_ready()
         return self
 

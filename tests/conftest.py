@@ -4,6 +4,7 @@ database per test (CREATE DATABASE ... TEMPLATE), and a running control plane.""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,11 @@ from gameday.pgserver import PostgresServer
 pytest_plugins = ["tests.chaos.fake_kube"]
 
 _counter = itertools.count()
+
+# Every server a test starts - fixtures in this process, and local environments started by
+# `gameday` subprocesses - dies with this test session, even when it is killed by a timeout
+# (infra/local/watchdog.py, the environment supervisor's owner).
+os.environ.setdefault("GAMEDAY_OWNER_PID", str(os.getpid()))
 
 
 @pytest.fixture(scope="session")

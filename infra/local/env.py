@@ -70,6 +70,9 @@ from infra.local.topology import (
 )
 
 Reporter = Callable[[str], None]
+# A process that owns every environment started under it for its whole life (a test session):
+# when it dies, the supervisor kills everything, even if that process is killed hard.
+OWNER_ENV = "GAMEDAY_OWNER_PID"
 CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
 
 
@@ -497,7 +500,8 @@ class LocalEnvironment:
                 prefect.up(self, say, timeout)
             standby = self.wait_sync_standby(timeout)
             say(f"synchronous standby: {standby}")
-            self.supervisor.call("detach")
+            if not os.environ.get(OWNER_ENV):
+                self.supervisor.call("detach")  # outlives `up`: stopped by `down`
         except BaseException:
             say("start failed: tearing down what was started")
             self._teardown()
@@ -542,7 +546,7 @@ class LocalEnvironment:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "infra.local.supervisor", "--state", str(self.state_dir),
-                 "--owner-pid", str(os.getpid())],
+                 "--owner-pid", os.environ.get(OWNER_ENV) or str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=self.state_dir,
                 env={**os.environ, procs.MARKER_VAR: str(self.state_dir)},
