@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from agenttest import Registry, S3Server
 from controlplane.agent.api import ApiUnavailable, AttemptHeartbeat, LeaseLost
 from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
 from controlplane.agent.capacity import Capacity, Demand
+from controlplane.agent.delivery import Courier
 from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import Spool
 from controlplane.runtimes.local import LocalRuntime
 
 
@@ -48,26 +51,30 @@ class FakeApi:
 
 
 def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capacity,
-                params: dict[str, Any], lease: float = 1.5) -> AttemptRunner:
+                params: dict[str, Any], spool_dir: Path, lease: float = 1.5) -> AttemptRunner:
     claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
                   fencing_token=1, lease_seconds=lease, project="p",
                   spec={"workload": {"kind": "train", "image": registry.trainer_image, "params": params},
                         "resources": {"cpu": 1}})
     assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    metrics = AgentMetrics()
+    spool = Spool(spool_dir, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
     return AttemptRunner(
         claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
-        metrics=AgentMetrics(), settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
-        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0))
+        metrics=metrics, settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
+        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0),
+        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode,ending", [("lost", Ending.LEASE_LOST), ("unavailable", Ending.LEASE_LOST),
                                          ("cancel", Ending.CANCELED)])
 def test_workload_stopped_without_a_report_when_lease_is_lost_or_canceled(
-    mode: str, ending: Ending, moto: S3Server, registry: Registry,
+    mode: str, ending: Ending, moto: S3Server, registry: Registry, tmp_path: Path,
 ) -> None:
     api = FakeApi(mode, after=2)
     capacity = Capacity(1)
-    runner = make_runner(api, moto, registry, capacity, {"steps": 10_000, "step_delay": 0.01})
+    runner = make_runner(api, moto, registry, capacity, {"steps": 10_000, "step_delay": 0.01},
+                         tmp_path)
     runner.start()
     deadline = time.monotonic() + 10
     while runner.handle is None and time.monotonic() < deadline:
@@ -82,9 +89,11 @@ def test_workload_stopped_without_a_report_when_lease_is_lost_or_canceled(
     assert capacity.free() == (1, 0)  # slot given back
 
 
-def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry: Registry) -> None:
+def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry: Registry,
+                                                       tmp_path: Path) -> None:
     api = FakeApi()
-    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "checkpoint_every": 10})
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "checkpoint_every": 10},
+                         tmp_path)
     runner.run()  # on this thread: the workload dies with the thread that started it
     assert runner.ending is Ending.SUCCEEDED
     assert [r[0] for r in api.reports] == ["running", "succeeded"]
@@ -93,9 +102,10 @@ def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry:
     assert kinds.count("checkpoint_written") == 2 and "artifact_written" in kinds
 
 
-def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry) -> None:
+def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry,
+                                                             tmp_path: Path) -> None:
     api = FakeApi()
-    runner = make_runner(api, moto, registry, Capacity(1), {"stepz": 3})
+    runner = make_runner(api, moto, registry, Capacity(1), {"stepz": 3}, tmp_path)
     runner.run()
     assert runner.ending is Ending.START_FAILED and runner.handle is None
     state, reason, error = api.reports[-1]
