@@ -126,3 +126,56 @@ def test_capacity_accounts_cpu_and_accelerator_slots() -> None:
     assert cap.free() == (2, 1) and set(cap.held()) == {"e"}
     with pytest.raises(ValueError, match="cpu_slots"):
         Capacity(0)
+
+
+class OutageApi(FakeApi):
+    """Every call fails while ``down`` is set (the control plane is unreachable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = threading.Event()
+
+    def _check(self) -> None:
+        if self.down.is_set():
+            raise ApiUnavailable("connection refused")
+
+    def attempt_heartbeat(self, attempt_id: str, token: int, progress: Any) -> AttemptHeartbeat:
+        self._check()
+        return super().attempt_heartbeat(attempt_id, token, progress)
+
+    def send_events(self, attempt_id: str, token: int, events: list[dict[str, Any]]) -> None:
+        self._check()
+        super().send_events(attempt_id, token, events)
+
+    def report(self, attempt_id: str, token: int, state: str, reason: str,
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+        self._check()
+        super().report(attempt_id, token, state, reason, error, result)
+
+
+def test_events_survive_an_unreachable_api_in_the_spool_and_arrive_in_order(
+    moto: S3Server, registry: Registry, tmp_path: Path,
+) -> None:
+    api = OutageApi()
+    runner = make_runner(api, moto, registry, Capacity(1),
+                         {"steps": 40, "checkpoint_every": 10, "step_delay": 0.03}, tmp_path,
+                         lease=3.0)
+    runner.start()
+    deadline = time.monotonic() + 15
+    while not api.events and time.monotonic() < deadline:
+        time.sleep(0.02)
+    api.down.set()  # shorter than the lease: the runner keeps its claim
+    time.sleep(1.2)
+    spooled = runner.metrics.registry.get_sample_value("controlplane_agent_events_spooled_total")
+    api.down.clear()
+    runner.join(timeout=30)
+
+    assert runner.ending is Ending.SUCCEEDED and [r[0] for r in api.reports] == ["running", "succeeded"]
+    assert spooled and spooled > 0  # the outage went to disk, not to a list
+    steps = [e["data"]["step"] for e in api.events if e["kind"] == "checkpoint_written"]
+    assert steps == [10, 20, 30, 40]
+    kinds = [e["kind"] for e in api.events if e["kind"] != "progress"]
+    assert kinds[-1] == "artifact_written"
+    assert runner.courier.spool.pending_events() == 0
+    assert runner.metrics.registry.get_sample_value(
+        "controlplane_agent_events_dropped_total", {"reason": "spool_full"}) == 0
