@@ -69,6 +69,9 @@ class Courier:
             except _Refused as exc:
                 self.spool.counters.refuse(len(events) - sent)
                 raise LeaseLost(f"{len(events) - sent} events refused: {exc}") from None
+            except Exception:  # a surprise must not cost the events still in hand
+                self.spool.append(key, events[sent:])
+                raise
             if outcome is _Sent.RETRY:
                 self.spool.append(key, events[sent:])
                 return Delivery.UNAVAILABLE
