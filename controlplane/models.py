@@ -121,6 +121,18 @@ class AttemptEvents(FencedRequest):
     events: list[AgentEvent] = Field(max_length=200)
 
 
+class AgentEvidenceEvent(AgentEvent):
+    # Unfenced, so only the agent's own evidence accounting: never workload events.
+    kind: Literal["evidence_dropped"]  # type: ignore[assignment]
+
+
+class AgentEvents(Strict):
+    """Agent-level evidence, recorded on an attempt this agent held (whatever its state)."""
+
+    attempt_id: str = Field(min_length=1, max_length=64)
+    events: list[AgentEvidenceEvent] = Field(min_length=1, max_length=10)
+
+
 class ErrorInfo(Strict):
     kind: Literal["transient", "deterministic"]
     message: str = Field(max_length=4000)

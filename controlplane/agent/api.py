@@ -28,6 +28,10 @@ class ApiUnavailable(ApiError):
 class ApiRejected(ApiError):
     """The control plane rejected the call (4xx other than 409)."""
 
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -67,7 +71,8 @@ class AgentApi:
         if response.status_code >= 500:
             raise ApiUnavailable(f"POST {path}: {response.status_code} {_detail(response)}")
         if response.status_code >= 400:
-            raise ApiRejected(f"POST {path}: {response.status_code} {_detail(response)}")
+            raise ApiRejected(f"POST {path}: {response.status_code} {_detail(response)}",
+                              response.status_code)
         return response.json() if response.content else {}
 
     def register(self, name: str, pool: str, zone: str, region: str,
@@ -92,6 +97,11 @@ class AgentApi:
     def send_events(self, attempt_id: str, fencing_token: int, events: list[dict[str, Any]]) -> None:
         self._post(f"/v1/attempts/{attempt_id}/events",
                    {"fencing_token": fencing_token, "events": events})
+
+    def agent_events(self, agent_id: str, attempt_id: str, events: list[dict[str, Any]]) -> None:
+        """Agent-level evidence (``evidence_dropped``) recorded on an attempt this agent held,
+        whatever its state now: for when the agent owns no live attempt to send it on."""
+        self._post(f"/v1/agents/{agent_id}/events", {"attempt_id": attempt_id, "events": events})
 
     def report(self, attempt_id: str, fencing_token: int, state: str, reason: str,
                error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:

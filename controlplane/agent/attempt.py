@@ -4,13 +4,18 @@ The thread holds the attempt's lease by heartbeat while the workload runs and is
 place that reports the attempt's state, always with the claim's fencing token. It stops the
 workload when:
 
-* the control plane answers 409 (another owner holds a newer token: we were fenced off);
+* the control plane answers 409 (another owner holds a newer token: we were fenced off), also
+  to the events it forwards;
 * the lease *must* have expired by our own clock because heartbeats could not get through
   (self-fencing: the control plane may already have handed the work to another agent);
 * the control plane asks to cancel; or the agent shuts down.
 
 A success is reported only after the completion manifest of the artifacts has been read back
 and verified; while the store is unavailable the runner keeps the lease and keeps trying.
+
+Events go through a ``Courier``: what the API cannot take now waits in the agent's on-disk
+spool (never in an unbounded list), and what is left when the thread ends (lease lost, agent
+stopping) stays there for the agent's flusher.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from typing import Any
 from controlplane import defects, registry, storage
 from controlplane.agent.api import AgentApi, ApiRejected, ApiUnavailable, LeaseLost
 from controlplane.agent.capacity import Capacity, Demand
+from controlplane.agent.delivery import Courier, Delivery, coalesce_progress
 from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import ClaimKey
 from controlplane.runtimes.base import (
     InvalidWorkload,
     LaunchSpec,
@@ -38,7 +45,8 @@ from controlplane.runtimes.base import (
 from controlplane.workload.events import WorkloadEvent
 
 log = logging.getLogger(__name__)
-MAX_BUFFERED_EVENTS = 1000
+# Spooled batches sent per supervision tick: a drained backlog must not delay heartbeats.
+FLUSH_BATCHES_PER_TICK = 5
 
 
 class Ending(Enum):
@@ -65,6 +73,9 @@ class Claim:
         return cls(str(item["attempt_id"]), str(item["operation_id"]), int(item["number"]),
                    int(item["fencing_token"]), float(item["lease_seconds"]), dict(item["spec"]),
                    str(item.get("project", "")))
+
+    def key(self) -> ClaimKey:
+        return ClaimKey(self.attempt_id, self.operation_id, self.fencing_token)
 
     def demand(self) -> Demand:
         resources = self.spec.get("resources") or {}
@@ -97,7 +108,8 @@ class _Observed:
 class AttemptRunner(threading.Thread):
     def __init__(self, claim: Claim, *, api: AgentApi, runtime: Runtime, capacity: Capacity,
                  metrics: AgentMetrics, settings: RunnerSettings, heartbeat_seconds: float,
-                 shutdown: threading.Event, store_factory: Callable[[], storage.ObjectStore]) -> None:
+                 shutdown: threading.Event, store_factory: Callable[[], storage.ObjectStore],
+                 courier: Courier) -> None:
         super().__init__(name=f"attempt-{claim.attempt_id[:8]}", daemon=True)
         self.claim = claim
         self.api = api
@@ -108,6 +120,8 @@ class AttemptRunner(threading.Thread):
         self.heartbeat_seconds = heartbeat_seconds
         self.shutdown = shutdown
         self.store_factory = store_factory
+        self.courier = courier
+        self.key = claim.key()
         self.handle: RunHandle | None = None
         self.ending: Ending | None = None
         self.observed = _Observed()
@@ -120,6 +134,7 @@ class AttemptRunner(threading.Thread):
 
     def run(self) -> None:
         self.metrics.attempts_running.inc()
+        self.courier.spool.own(self.key)  # this thread delivers the claim's events itself
         try:
             self.ending = self._run()
         except LeaseLost as exc:
@@ -137,6 +152,8 @@ class AttemptRunner(threading.Thread):
             if self.handle is not None:
                 # Also when the thread exits normally: the workload's death signal is tied to it.
                 self.handle.stop(self.settings.stop_grace)
+            self._spool_leftovers()
+            self.courier.spool.disown(self.claim.attempt_id)
             self.capacity.release(self.claim.attempt_id)
             self.metrics.attempts_running.dec()
             self.metrics.attempts_finished.labels((self.ending or Ending.FAILED).value).inc()
@@ -253,21 +270,24 @@ class AttemptRunner(threading.Thread):
                 self._outbox.append({"kind": "log", "message": f"pending: {reason}",
                                      "data": {"pending_reason": reason}})
 
-    def _forward_events(self) -> None:
+    def _forward_events(self) -> Delivery:
+        """Deliver new events after the spooled ones; raises LeaseLost if the claim is refused."""
         if self.handle is not None:
             self._observe(self.handle.drain_events())
-        if not self._outbox:
-            return
-        batch = _coalesce_progress(self._outbox)
+        if not self._outbox and not self.courier.spool.has_pending(self.claim.attempt_id):
+            return Delivery.DONE
+        batch, self._outbox = coalesce_progress(self._outbox), []
+        return self.courier.forward(self.key, batch, max_batches=FLUSH_BATCHES_PER_TICK)
+
+    def _spool_leftovers(self) -> None:
+        """Events still in memory when the thread ends go to the spool for the flusher."""
         try:
-            self.api.send_events(self.claim.attempt_id, self.claim.fencing_token, batch)
-        except ApiUnavailable as exc:
-            self.metrics.api_errors.labels("events", "unavailable").inc()
-            log.warning("attempt %s: events not delivered yet: %s", self.claim.attempt_id, exc)
-            self._outbox = batch[-MAX_BUFFERED_EVENTS:]
-            return
-        self.metrics.events_forwarded.inc(len(batch))
-        self._outbox = []
+            if self.handle is not None:
+                self._observe(self.handle.drain_events())
+            self.courier.spool.append(self.key, coalesce_progress(self._outbox))
+            self._outbox = []
+        except Exception:  # never let this mask how the attempt ended
+            log.exception("attempt %s: could not spool leftover events", self.claim.attempt_id)
 
     def _observe(self, events: list[WorkloadEvent]) -> None:
         for event in events:
@@ -337,6 +357,10 @@ class AttemptRunner(threading.Thread):
         if state == "failed":
             error = {"kind": "transient" if transient else "deterministic", "message": reason}
         while True:
+            # Events first: once the attempt is terminal the control plane refuses them.
+            if self._events_before_report() is Delivery.MORE:
+                self._keep_lease_while_draining()
+                continue
             try:
                 self.api.report(self.claim.attempt_id, self.claim.fencing_token, state, reason,
                                 error=error, result=result)
@@ -352,8 +376,18 @@ class AttemptRunner(threading.Thread):
                 raise LeaseLost("lease expired before the final report got through")
             time.sleep(max(self.settings.tick, 0.5))
 
+    def _events_before_report(self) -> Delivery:
+        try:
+            return self._forward_events()
+        except LeaseLost:
+            raise
+        except Exception:  # the report matters more; the events stay spooled for the flusher
+            log.exception("attempt %s: events not forwarded before the final report",
+                          self.claim.attempt_id)
+            return Delivery.UNAVAILABLE
 
-def _coalesce_progress(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keep every event but only the newest progress event: progress is a level, not a log."""
-    last_progress = max((i for i, e in enumerate(events) if e["kind"] == "progress"), default=None)
-    return [e for i, e in enumerate(events) if e["kind"] != "progress" or i == last_progress]
+    def _keep_lease_while_draining(self) -> None:
+        if time.monotonic() >= self._next_heartbeat:
+            self._heartbeat()
+        if time.monotonic() >= self._lease_deadline:
+            raise LeaseLost("lease expired while delivering spooled events before the final report")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import signal
+import tempfile
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
@@ -15,7 +19,18 @@ from controlplane.agent.attempt import RunnerSettings
 from controlplane.agent.capacity import Capacity
 from controlplane.agent.loop import Agent, AgentIdentity, LoopSettings
 from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import Spool, SpoolBusy
 from controlplane.runtimes.base import Runtime
+
+
+def default_spool_dir(name: str, api_url: str) -> Path:
+    """The agent has no work/state directory of its own, so: a temp dir per agent name.
+
+    The user id and a hash of the API URL are part of it so two environments on one machine
+    whose agents share a name never adopt each other's leftovers.
+    """
+    api = hashlib.sha256(api_url.encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / f"controlplane-agent-{os.getuid()}-{name}-{api}" / "spool"
 
 
 def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runtime:
@@ -57,13 +72,25 @@ def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runt
 @click.option("--k8s-namespace", default="ml-workloads", help="Workload namespace (kubernetes runtime).")
 @click.option("--k8s-service-account", default="ml-workload",
               help="Workload service account (kubernetes runtime).")
+@click.option("--spool-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              show_default=False,
+              help="On-disk spool of events not delivered yet (and counters.json). Default: "
+              "<tmp>/controlplane-agent-<uid>-<name>-<hash of --api>/spool, since the agent has "
+              "no work directory; give it a persistent path so a restart finds leftovers.")
+@click.option("--spool-max-bytes", type=click.IntRange(min=1024), default=16 * 1024 * 1024,
+              help="Bound on undelivered events in the spool; beyond it the oldest are dropped "
+              "(counted, reason spool_full).")
+@click.option("--spool-max-age", type=click.FloatRange(min=1.0), default=3600.0,
+              help="Seconds after which an undelivered leftover segment is given up (counted, "
+              "reason expired).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO")
 def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region: str,
               cpu_slots: int, accelerator_type: str | None, accelerator_count: int,
               datasets: tuple[str, ...], registries: tuple[str, ...], runtime: str,
               s3_endpoint: str | None, bucket: str, metrics_port: int | None, metrics_host: str,
               poll_seconds: float, image_timeout: float, k8s_namespace: str,
-              k8s_service_account: str, log_level: str) -> None:
+              k8s_service_account: str, spool_dir: Path | None, spool_max_bytes: int,
+              spool_max_age: float, log_level: str) -> None:
     """Claim attempts for POOL, run them through RUNTIME, hold their leases, report."""
     logging.basicConfig(level=log_level,
                         format=f"%(asctime)s %(levelname)s agent={name} %(name)s: %(message)s")
@@ -71,6 +98,15 @@ def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region:
         raise click.BadParameter("--accelerator-count needs --accelerator-type",
                                  param_hint="--accelerator-count")
     metrics = AgentMetrics()
+    spool_dir = spool_dir or default_spool_dir(name, api_url)
+    try:
+        spool = Spool(spool_dir, max_bytes=spool_max_bytes, max_age_seconds=spool_max_age,
+                      metrics=metrics)
+    except SpoolBusy as exc:
+        raise click.BadParameter(str(exc), param_hint="--spool-dir") from exc
+    except OSError as exc:
+        raise click.BadParameter(f"{spool_dir}: cannot use it as the spool: {exc}",
+                                 param_hint="--spool-dir") from exc
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -89,6 +125,7 @@ def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region:
         runner_settings=RunnerSettings(s3_endpoint=s3_endpoint, bucket=bucket, registries=registries,
                                        image_timeout=image_timeout),
         store_factory=store_factory,
+        spool=spool,
         metrics=metrics,
         settings=LoopSettings(poll_seconds=poll_seconds),
     )

@@ -2,7 +2,8 @@
 
 Each claimed attempt gets its own ``AttemptRunner`` thread (lease keeper + reporter), so a
 slow call for one attempt never delays the heartbeats of another. The main loop only does
-agent-level work and capacity accounting.
+agent-level work and capacity accounting; a ``SpoolFlusher`` thread delivers the events runners
+left in the on-disk spool and announces any that had to be dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from controlplane import storage
 from controlplane.agent.api import AgentApi, ApiError, ApiUnavailable, Registration
 from controlplane.agent.attempt import AttemptRunner, Claim, RunnerSettings
 from controlplane.agent.capacity import Capacity
+from controlplane.agent.delivery import Courier
+from controlplane.agent.flusher import SpoolFlusher
 from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import Spool
 from controlplane.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ class LoopSettings:
     poll_seconds: float = 0.5  # idle claim interval
     register_retry_seconds: float = 1.0
     shutdown_grace_seconds: float = 10.0
+    spool_flush_seconds: float = 1.0  # flusher pass interval
 
 
 @dataclass
@@ -48,11 +53,17 @@ class Agent:
     capacity: Capacity
     runner_settings: RunnerSettings
     store_factory: Callable[[], storage.ObjectStore]
+    spool: Spool  # metrics must be the spool's: its counters are the agent's
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     settings: LoopSettings = field(default_factory=LoopSettings)
     stop_event: threading.Event = field(default_factory=threading.Event)
     runners: dict[str, AttemptRunner] = field(default_factory=dict)
     registration: Registration | None = None
+    flusher: SpoolFlusher | None = None
+    courier: Courier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.courier = Courier(self.api, self.spool, self.metrics)
 
     def capabilities(self) -> dict[str, object]:
         return {
@@ -85,6 +96,10 @@ class Agent:
 
     def run(self) -> None:
         reg = self.register()
+        self.flusher = SpoolFlusher(spool=self.spool, courier=self.courier, api=self.api,
+                                    agent_name=self.identity.name, agent_id=reg.agent_id,
+                                    interval=self.settings.spool_flush_seconds)
+        self.flusher.start()
         next_heartbeat = 0.0
         next_claim = 0.0
         while not self.stop_event.is_set():
@@ -138,7 +153,7 @@ class Agent:
         runner = AttemptRunner(
             claim, api=self.api, runtime=self.runtime, capacity=self.capacity, metrics=self.metrics,
             settings=self.runner_settings, heartbeat_seconds=reg.heartbeat_seconds,
-            shutdown=self.stop_event, store_factory=self.store_factory,
+            shutdown=self.stop_event, store_factory=self.store_factory, courier=self.courier,
         )
         self.runners[claim.attempt_id] = runner
         log.info("claimed attempt %s (operation %s, #%d, token %d)", claim.attempt_id,
@@ -160,9 +175,19 @@ class Agent:
         """Stop claiming; runners see the stop event, stop their workloads and exit.
 
         Leases are not released early: the control plane moves the work after expiry and the
-        next attempt resumes from the last complete checkpoint.
+        next attempt resumes from the last complete checkpoint. Events still spooled get one
+        last delivery try within the grace period; what is left waits on disk for the next start.
         """
         deadline = time.monotonic() + self.settings.shutdown_grace_seconds
         for runner in list(self.runners.values()):
             runner.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.flusher is not None:
+            self.flusher.stop()
+            self.flusher.join(timeout=max(0.0, deadline - time.monotonic()))
+            if not self.flusher.is_alive():
+                try:
+                    self.flusher.pass_once(deadline)
+                except Exception:  # stopping anyway: the spool keeps what is left
+                    log.exception("last spool flush failed")
+        self.spool.close()
         self.api.close()

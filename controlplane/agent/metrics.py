@@ -30,6 +30,19 @@ class AgentMetrics:
         self.artifact_verify_failures = Counter(
             "controlplane_agent_artifact_verify_failures_total",
             "Succeeded workloads whose artifacts did not verify (reported failed)", registry=r)
+        # Evidence accounting (docs/CONTRACTS.md, agent spool): the harness reads these names.
+        self.events_dropped = Counter(
+            "controlplane_agent_events_dropped_total",
+            "Workload events this agent dropped without delivering them, by reason "
+            "(spool_full, expired, unreadable)", ["reason"], registry=r)
+        self.events_refused = Counter(
+            "controlplane_agent_events_refused_total",
+            "Spooled workload events the control plane refused (stale fencing token, attempt "
+            "no longer active or unknown): seen and refused there, not dropped here", registry=r)
+        self.events_spooled = Counter(
+            "controlplane_agent_events_spooled_total",
+            "Workload events written to the on-disk spool because they could not be delivered",
+            registry=r)
 
     def set_capacity(self, cpu_total: int, cpu_free: int, acc_total: int, acc_free: int) -> None:
         self.slots.labels("cpu", "total").set(cpu_total)

@@ -22,6 +22,7 @@ from controlplane import defects, metrics
 from controlplane.api import admin, serialize
 from controlplane.db import make_pool
 from controlplane.models import (
+    AgentEvents,
     AgentRegistration,
     AttemptEvents,
     AttemptHeartbeat,
@@ -318,6 +319,14 @@ def create_app(settings: Settings) -> FastAPI:
             "lease_expires_at": r["lease_expires_at"].isoformat(),
             "lease_seconds": r["lease_seconds"], "spec": r["spec"], "project": r["project"],
         } for r in rows]}
+
+    @app.post("/v1/agents/{agent_id}/events", tags=["agents"])
+    async def agent_events(agent_id: str, body: AgentEvents, p: Agent, c: Conn,
+                           x_agent_name: Annotated[str, Header()] = "unknown") -> dict[str, int]:
+        n = await agent_store.agent_events(
+            c, _uuid_or_404(agent_id, "agent"), _uuid_or_404(body.attempt_id, "attempt"),
+            [e.model_dump(mode="json") for e in body.events], f"agent:{x_agent_name}")
+        return {"recorded": n}
 
     async def _stale(c: psycopg.AsyncConnection, exc: StaleReport, attempt_id: str,
                      agent: str) -> JSONResponse:

@@ -158,6 +158,22 @@ async def attempt_events(conn: AsyncConnection, attempt_id: str, token: int,
     return len(events)
 
 
+async def agent_events(conn: AsyncConnection, agent_id: str, attempt_id: str,
+                       events: list[dict[str, Any]], actor: str) -> int:
+    """Record agent-level evidence on an attempt this agent held; no fencing (no state change)."""
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT operation_id FROM attempts WHERE id = %s::uuid AND agent_id = %s::uuid",
+            (attempt_id, agent_id))
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFound(f"attempt {attempt_id} not found for agent {agent_id}")
+        for ev in events:
+            await record_event(conn, row[0], attempt_id=attempt_id, actor=actor, kind=ev["kind"],
+                               reason=ev.get("message", ""), data=ev.get("data") or {})
+    return len(events)
+
+
 async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], actor: str,
                  *, retry_base: float = 1.0) -> dict[str, Any]:
     """Apply an agent's report. Returns ``{"operation_state": ..., "attempt_state": ...}``."""

@@ -3,6 +3,7 @@ local runtime, the workload subprocess, a moto server and the Debian docker-regi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,10 @@ import pytest
 from agenttest import Proc, ProcessSupervisor, Registry, S3Server, free_port, workload_argv
 
 from controlplane import storage
+from controlplane.agent.api import AgentApi, ApiRejected
+from controlplane.agent.attempt import Claim
+from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import Spool
 
 pytestmark = pytest.mark.slow
 STEPS, EVERY = 60, 10
@@ -68,12 +73,14 @@ class Client:
 
 
 def start_agent(procs: ProcessSupervisor, cp: Any, tmp_path: Path, name: str, s3: S3Server,
-                registry: Registry, cpu_slots: int = 1, metrics_port: int | None = None) -> Proc:
+                registry: Registry, cpu_slots: int = 1, metrics_port: int | None = None,
+                extra: tuple[str, ...] = ()) -> Proc:
     argv = [sys.executable, "-m", "controlplane.agent", "--api", cp.api_url, "--name", name,
             "--pool", "cpu", "--zone", "zone-a", "--region", "region-a",
             "--cpu-slots", str(cpu_slots), "--registry", registry.host, "--runtime", "local",
             "--s3-endpoint", s3.endpoint, "--bucket", s3.bucket, "--poll-seconds", "0.2",
-            "--image-timeout", "1", "--metrics-port", str(metrics_port or free_port())]
+            "--image-timeout", "1", "--metrics-port", str(metrics_port or free_port()),
+            "--spool-dir", str(tmp_path / f"{name}-spool"), *extra]
     return procs.start(name, argv, tmp_path / f"{name}.log",
                        env={"CONTROLPLANE_AGENT_TOKEN": cp.agent_token})
 
@@ -263,3 +270,102 @@ def test_stale_agent_is_fenced_and_stops_its_workload(
     assert op["state"] == "succeeded"
     states = sorted(a["state"] for a in client.attempts(op_id))
     assert states == ["lost", "succeeded"]
+
+
+def claim_attempts(cp: Any, name: str, registry: Registry, client: Client, count: int,
+                   ) -> tuple[AgentApi, str, list[Claim]]:
+    """Register ``name`` from the test and claim ``count`` fresh operations (no retries)."""
+    api = AgentApi(cp.api_url, cp.agent_token, agent_name=name)
+    reg = api.register(name, "cpu", "zone-a", "region-a",
+                       {"cpu_slots": count, "accelerator_type": None, "accelerator_count": 0,
+                        "datasets": [], "registries": [registry.host]})
+    for _ in range(count):
+        client.submit(registry.trainer_image, {"steps": 10}, max_retries=0)
+    claims: list[Claim] = []
+    deadline = time.monotonic() + 30
+    while len(claims) < count:
+        assert time.monotonic() < deadline, f"claimed only {len(claims)} of {count}"
+        claims += [Claim.from_api(item) for item in api.claim(reg.agent_id, count)]
+        time.sleep(0.1)
+    return api, reg.agent_id, claims
+
+
+def scrape(port: int) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {f"{s.name}{sorted(s.labels.items())}": s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_restarted_agent_delivers_refuses_and_announces_what_its_killed_predecessor_left(
+    cp_stack: Any, procs: ProcessSupervisor, tmp_path: Path, moto: S3Server, registry: Registry,
+) -> None:
+    """A killed agent left three spool segments: one of a live claim (delivered with its own
+    token), one whose lease has gone (refused), one past the age bound (dropped, announced)."""
+    client = Client(cp_stack)
+    api, agent_id, (live, gone, old) = claim_attempts(cp_stack, "agent-r", registry, client, 3)
+    # The agent-level endpoint takes only evidence_dropped, only on attempts this agent held.
+    stranger = AgentApi(cp_stack.api_url, cp_stack.agent_token, agent_name="agent-s")
+    stranger_id = stranger.register("agent-s", "cpu", "zone-a", "region-a",
+                                    {"cpu_slots": 1, "registries": [registry.host]}).agent_id
+    evidence = [{"kind": "evidence_dropped", "message": "", "data": {"count": 0}}]
+    with pytest.raises(ApiRejected, match="404"):
+        stranger.agent_events(stranger_id, old.attempt_id, evidence)
+    with pytest.raises(ApiRejected, match="422"):
+        api.agent_events(agent_id, old.attempt_id, [{"kind": "log", "message": "", "data": {}}])
+    now = [time.time()]
+    spool = Spool(tmp_path / "agent-r-spool", max_bytes=1 << 20, max_age_seconds=60,
+                  metrics=AgentMetrics(), clock=lambda: now[0])
+    spool.append(live.key(), [{"kind": "log", "message": f"left {i}", "data": {"i": i}}
+                              for i in range(3)])
+    spool.append(gone.key(), [{"kind": "log", "message": "too late", "data": {}}] * 2)
+    now[0] -= 120
+    spool.append(old.key(), [{"kind": "log", "message": "too old", "data": {}}] * 4)
+    spool.close()
+    holding = threading.Event()
+
+    def hold_live_lease() -> None:  # the live claim is still held (by its runner, say)
+        while not holding.wait(0.5):
+            api.attempt_heartbeat(live.attempt_id, live.fencing_token, None)
+
+    keeper = threading.Thread(target=hold_live_lease, daemon=True)
+    keeper.start()
+    try:
+        client.wait(gone.operation_id, {"failed"}, timeout=30)  # lease expired, no retries
+        port = free_port()
+        agent = start_agent(procs, cp_stack, tmp_path, "agent-r", moto, registry,
+                            metrics_port=port, extra=("--spool-max-age", "60"))
+        announced = client.wait_event(old.operation_id, lambda e: e["kind"] == "evidence_dropped")
+        delivered = [e for e in client.events(live.operation_id) if e["kind"] == "log"]
+    finally:
+        holding.set()
+        keeper.join(timeout=5)
+
+    assert [e["data"]["i"] for e in delivered] == [0, 1, 2]  # in order, with the claim's token
+    assert {e["actor"] for e in delivered} == {"agent:agent-r"}
+    assert announced["data"] == {"count": 4, "reason": "expired", "agent": "agent-r"}
+    assert announced["attempt_id"] == old.attempt_id and announced["actor"] == "agent:agent-r"
+    gone_kinds = [e["kind"] for e in client.events(gone.operation_id)]
+    assert "stale_report_refused" in gone_kinds and "log" not in gone_kinds
+    metrics = scrape(port)
+    assert metrics["controlplane_agent_events_refused_total[]"] == 2
+    assert metrics["controlplane_agent_events_dropped_total[('reason', 'expired')]"] == 4
+    assert metrics["controlplane_agent_events_dropped_total[('reason', 'spool_full')]"] == 0
+    counters = json.loads((tmp_path / "agent-r-spool" / "counters.json").read_text())
+    assert counters["unreported"] == {"spool_full": 0, "expired": 0, "unreadable": 0}
+
+    agent.kill()  # a restarted agent keeps counting from counters.json
+    port = free_port()
+    start_agent(procs, cp_stack, tmp_path, "agent-r", moto, registry, metrics_port=port)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            metrics = scrape(port)
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "restarted agent serves no metrics"
+            time.sleep(0.1)
+    assert metrics["controlplane_agent_events_refused_total[]"] == 2
+    assert metrics["controlplane_agent_events_dropped_total[('reason', 'expired')]"] == 4
+    assert len([e for e in client.events(old.operation_id) if e["kind"] == "evidence_dropped"]) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from agenttest import Registry, S3Server
 from controlplane.agent.api import ApiUnavailable, AttemptHeartbeat, LeaseLost
 from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
 from controlplane.agent.capacity import Capacity, Demand
+from controlplane.agent.delivery import Courier
 from controlplane.agent.metrics import AgentMetrics
+from controlplane.agent.spool import Spool
 from controlplane.runtimes.local import LocalRuntime
 
 
@@ -48,26 +51,30 @@ class FakeApi:
 
 
 def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capacity,
-                params: dict[str, Any], lease: float = 1.5) -> AttemptRunner:
+                params: dict[str, Any], spool_dir: Path, lease: float = 1.5) -> AttemptRunner:
     claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
                   fencing_token=1, lease_seconds=lease, project="p",
                   spec={"workload": {"kind": "train", "image": registry.trainer_image, "params": params},
                         "resources": {"cpu": 1}})
     assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    metrics = AgentMetrics()
+    spool = Spool(spool_dir, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
     return AttemptRunner(
         claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
-        metrics=AgentMetrics(), settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
-        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0))
+        metrics=metrics, settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
+        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0),
+        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode,ending", [("lost", Ending.LEASE_LOST), ("unavailable", Ending.LEASE_LOST),
                                          ("cancel", Ending.CANCELED)])
 def test_workload_stopped_without_a_report_when_lease_is_lost_or_canceled(
-    mode: str, ending: Ending, moto: S3Server, registry: Registry,
+    mode: str, ending: Ending, moto: S3Server, registry: Registry, tmp_path: Path,
 ) -> None:
     api = FakeApi(mode, after=2)
     capacity = Capacity(1)
-    runner = make_runner(api, moto, registry, capacity, {"steps": 10_000, "step_delay": 0.01})
+    runner = make_runner(api, moto, registry, capacity, {"steps": 10_000, "step_delay": 0.01},
+                         tmp_path)
     runner.start()
     deadline = time.monotonic() + 10
     while runner.handle is None and time.monotonic() < deadline:
@@ -82,9 +89,11 @@ def test_workload_stopped_without_a_report_when_lease_is_lost_or_canceled(
     assert capacity.free() == (1, 0)  # slot given back
 
 
-def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry: Registry) -> None:
+def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry: Registry,
+                                                       tmp_path: Path) -> None:
     api = FakeApi()
-    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "checkpoint_every": 10})
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "checkpoint_every": 10},
+                         tmp_path)
     runner.run()  # on this thread: the workload dies with the thread that started it
     assert runner.ending is Ending.SUCCEEDED
     assert [r[0] for r in api.reports] == ["running", "succeeded"]
@@ -93,9 +102,10 @@ def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry:
     assert kinds.count("checkpoint_written") == 2 and "artifact_written" in kinds
 
 
-def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry) -> None:
+def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry,
+                                                             tmp_path: Path) -> None:
     api = FakeApi()
-    runner = make_runner(api, moto, registry, Capacity(1), {"stepz": 3})
+    runner = make_runner(api, moto, registry, Capacity(1), {"stepz": 3}, tmp_path)
     runner.run()
     assert runner.ending is Ending.START_FAILED and runner.handle is None
     state, reason, error = api.reports[-1]
@@ -116,3 +126,56 @@ def test_capacity_accounts_cpu_and_accelerator_slots() -> None:
     assert cap.free() == (2, 1) and set(cap.held()) == {"e"}
     with pytest.raises(ValueError, match="cpu_slots"):
         Capacity(0)
+
+
+class OutageApi(FakeApi):
+    """Every call fails while ``down`` is set (the control plane is unreachable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = threading.Event()
+
+    def _check(self) -> None:
+        if self.down.is_set():
+            raise ApiUnavailable("connection refused")
+
+    def attempt_heartbeat(self, attempt_id: str, token: int, progress: Any) -> AttemptHeartbeat:
+        self._check()
+        return super().attempt_heartbeat(attempt_id, token, progress)
+
+    def send_events(self, attempt_id: str, token: int, events: list[dict[str, Any]]) -> None:
+        self._check()
+        super().send_events(attempt_id, token, events)
+
+    def report(self, attempt_id: str, token: int, state: str, reason: str,
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+        self._check()
+        super().report(attempt_id, token, state, reason, error, result)
+
+
+def test_events_survive_an_unreachable_api_in_the_spool_and_arrive_in_order(
+    moto: S3Server, registry: Registry, tmp_path: Path,
+) -> None:
+    api = OutageApi()
+    runner = make_runner(api, moto, registry, Capacity(1),
+                         {"steps": 40, "checkpoint_every": 10, "step_delay": 0.03}, tmp_path,
+                         lease=3.0)
+    runner.start()
+    deadline = time.monotonic() + 15
+    while not api.events and time.monotonic() < deadline:
+        time.sleep(0.02)
+    api.down.set()  # shorter than the lease: the runner keeps its claim
+    time.sleep(1.2)
+    spooled = runner.metrics.registry.get_sample_value("controlplane_agent_events_spooled_total")
+    api.down.clear()
+    runner.join(timeout=30)
+
+    assert runner.ending is Ending.SUCCEEDED and [r[0] for r in api.reports] == ["running", "succeeded"]
+    assert spooled and spooled > 0  # the outage went to disk, not to a list
+    steps = [e["data"]["step"] for e in api.events if e["kind"] == "checkpoint_written"]
+    assert steps == [10, 20, 30, 40]
+    kinds = [e["kind"] for e in api.events if e["kind"] != "progress"]
+    assert kinds[-1] == "artifact_written"
+    assert runner.courier.spool.pending_events() == 0
+    assert runner.metrics.registry.get_sample_value(
+        "controlplane_agent_events_dropped_total", {"reason": "spool_full"}) == 0
