@@ -585,8 +585,8 @@ def _build(suite: str, **kw: Any) -> Options:
 
 @click.command("run")
 @click.option("--suite", default="ci", show_default=True, type=click.Choice(["ci", "core", "full"]),
-              help="ci: 3 experiments (<= 3 min); core: all eight failure classes; "
-                   "full: core + db-restore-from-backup.")
+              help="ci: 3 experiments (about 2 min); core: every failure class (9 "
+                   "experiments); full: core + db-restore-from-backup.")
 @_options
 def run_cmd(suite: str, **kw: Any) -> None:
     """Run a game day: faults under load, evidence, verdict. Exit code = the gate's

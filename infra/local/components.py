@@ -477,6 +477,8 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
         "--registry", f"127.0.0.1:{ports['proxy_registry']}",
         "--runtime", "local", "--s3-endpoint", f"http://127.0.0.1:{ports['proxy_s3']}",
         "--bucket", BUCKET, "--metrics-port", str(metrics),
+        # undelivered events survive the agent (kill, restart) inside the environment's state
+        "--spool-dir", str(state / "agents" / agent.name / "spool"),
     )
     if agent.accelerator_type:
         argv += ["--accelerator-type", agent.accelerator_type,

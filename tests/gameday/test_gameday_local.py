@@ -1,67 +1,128 @@
-"""`gameday run` for real against the local environment: the ci suite passes the gate, its
-verdict is recomputable offline from the run directory, and a deliberately broken control plane
-(acknowledging before commit, a test-only flag) fails the durability objective."""
+"""The README's main command, literally, and the proof that every failure class can fail.
+
+1. `gameday run --suite core` exactly as a new user runs it: the working directory is a fresh
+   clone, GAMEDAY_HOME is unset, HOME is an empty directory, and the clone sits in a directory
+   only its owner may enter (root's home is 0700). It must pass the gate with every experiment
+   measured: completed, its fault on the timeline, its recovery measured. This is also the
+   false-alarm check: the healthy platform must pass every failure class.
+2. `gameday selftest` on the same environment: every seeded control-plane defect must be caught
+   by its named objective (the matrix in gameday/selftest.py).
+
+One environment serves both (CI time); it dies with this test session whatever happens
+(GAMEDAY_OWNER_PID, tests/conftest.py) and is taken down and checked at the end.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.gameday.localrun import assert_no_processes, gameday, only_run
+from gameday.selftest import MATRIX
+from gameday.suites import SUITES
+from tests.gameday.localrun import assert_no_processes, only_run
 
 pytestmark = pytest.mark.slow
 
+REPO = Path(__file__).resolve().parents[2]
+GAMEDAY = str(Path(sys.executable).with_name("gameday"))  # what `make run` runs
 EVIDENCE = ["run.json", "ledger.jsonl", "requests.jsonl", "load_stats.json", "faults.jsonl",
             "snapshot/operations.jsonl", "snapshot/attempts.jsonl", "snapshot/events.jsonl",
-            "snapshot/objects.jsonl", "prometheus/alerts.json"]
+            "snapshot/objects.jsonl", "snapshot/agents.jsonl", "prometheus/alerts.json"]
 OUTPUTS = ["verdict.json", "junit.xml", "report.md", "report.html"]
 
 
-def test_ci_suite_passes_the_gate_and_is_recomputable(home: Path, tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
+class FreshClone:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path = root / "clone"
+        self.home = root / "home"
+
+    def env(self) -> dict[str, str]:
+        """The environment of a new user's shell: no GAMEDAY_* settings of ours, HOME empty
+        (the test session's owner pid stays: servers must die with this session)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("GAMEDAY_") or k == "GAMEDAY_OWNER_PID"}
+        env["HOME"] = str(self.home)
+        return env
+
+    def gameday(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([GAMEDAY, *args], cwd=self.path, env=self.env(), text=True,
+                              capture_output=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
+    root = tmp_path_factory.mktemp("newuser")
+    root.chmod(0o700)  # like /root: the postgres OS user cannot enter it
+    c = FreshClone(root)
+    c.home.mkdir()
+    subprocess.run(["git", "clone", "-q", str(REPO), str(c.path)], check=True)
     try:
-        r = gameday("run", "--suite", "ci", "--runs-dir", str(runs), "--down-after", home=home)
-        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        yield c
     finally:
-        gameday("env", "down", home=home, timeout=120)
-    assert_no_processes(home)
-    run_dir = only_run(runs)
+        down = c.gameday("env", "down", "--purge", timeout=180)
+        assert_no_processes(c.path)
+        assert down.returncode in (0, 1), down.stdout + down.stderr
+
+
+def _journal(run_dir: Path, name: str) -> dict:
+    return json.loads((run_dir / "experiments" / name / "journal.json").read_text())
+
+
+@pytest.mark.timeout(2400)
+def test_core_suite_from_a_fresh_clone_passes_with_every_experiment_measured(
+        clone: FreshClone) -> None:
+    r = clone.gameday("run", "--suite", "core", timeout=2300)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    state = clone.path / ".gameday" / "envs" / "local"
+    assert (state / "env.json").exists(), "the environment must live in the clone (cwd)"
+    if os.geteuid() == 0:  # the clone's parent is 0700: database files live elsewhere
+        info = json.loads((state / "env.json").read_text())
+        assert info["db_root"] != str(state)
+    run_dir = only_run(clone.path / "runs")
     for name in EVIDENCE + OUTPUTS:
         assert (run_dir / name).exists(), name
-    for name in ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"):
-        journal = json.loads((run_dir / "experiments" / name / "journal.json").read_text())
-        assert journal["status"] == "completed" and not journal["deviated"], name
-        assert journal["steady_states"]["before"]["steady_state_met"] is True
-        assert all(r["status"] == "succeeded" for r in journal["rollbacks"]), name
     verdict = json.loads((run_dir / "verdict.json").read_text())
-    assert verdict["exit_code"] == 0
-    durability = next(c for c in verdict["checks"] if c["id"] == "sli.submission-durability")
-    assert durability["status"] == "pass"
-    ledger = (run_dir / "ledger.jsonl").read_text().splitlines()
-    assert len(ledger) >= 20  # load + experiment submissions were acknowledged and audited
-    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines()]
-    assert {f["fault"] for f in faults if f["event"] == "fault_start"} >= {
-        "kill", "partition_agent"}
-    # the verdict is recomputable offline from the run directory alone
-    again = gameday("evaluate", str(run_dir), home=home)
-    assert again.returncode == 0, again.stdout[-2000:]
-    assert json.loads((run_dir / "verdict.json").read_text())["score"] == verdict["score"]
+    assert verdict["exit_code"] == 0 and verdict["result"] in ("pass", "warning"), verdict["reason"]
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    results = {e["name"]: e for e in verdict["experiments"]}
+    assert set(results) == set(SUITES["core"])
+    for name in SUITES["core"]:
+        j = _journal(run_dir, name)
+        assert j["status"] == "completed" and not j["deviated"], name
+        assert j["steady_states"]["before"]["steady_state_met"] is True, name
+        assert all(rb["status"] == "succeeded" for rb in j["rollbacks"]), name
+        e = results[name]
+        assert e["fault_source"] == "faults.jsonl", (name, e["fault_source"])
+        start, end = datetime.fromisoformat(j["start"]).timestamp(), \
+            datetime.fromisoformat(j["end"]).timestamp()
+        assert any(f["event"] == "fault_start" and
+                   start <= datetime.fromisoformat(f["time"].replace("Z", "+00:00")).timestamp()
+                   <= end + 1 for f in faults), f"{name}: no fault on the timeline"
+        assert e["recovery_seconds"] is not None, name
+        assert e["recovery_seconds"] <= e["rto_seconds"], name
+    for c in verdict["checks"]:
+        assert c["status"] in ("pass", "warning", "no_data"), c
+    # this run's operations only (the store outlives runs)
+    started = json.loads((run_dir / "run.json").read_text())["started_at"]
+    for line in (run_dir / "snapshot" / "operations.jsonl").read_text().splitlines():
+        assert json.loads(line)["created_at"] >= started[:19]
 
 
-def test_ack_before_commit_fails_the_durability_objective(home: Path, tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    try:
-        r = gameday("run", "--experiment", "api-replica-loss", "--runs-dir", str(runs),
-                    "--down-after", home=home,
-                    extra_env={"CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT": "1"})
-    finally:
-        gameday("env", "down", home=home, timeout=120)
-    assert_no_processes(home)
-    assert r.returncode == 2, r.stdout[-4000:] + r.stderr[-4000:]
-    verdict = json.loads((only_run(runs) / "verdict.json").read_text())
-    durability = next(c for c in verdict["checks"] if c["id"] == "sli.submission-durability")
-    assert durability["status"] == "fail"
-    rpo = [c for c in verdict["checks"] if c["id"].startswith("api-replica-loss.rpo")]
-    assert any(c["status"] == "fail" for c in rpo), rpo
+@pytest.mark.timeout(2400)
+def test_selftest_catches_every_seeded_defect_by_its_named_objective(clone: FreshClone) -> None:
+    r = clone.gameday("selftest", timeout=2300)
+    runs = sorted((clone.path / "runs").glob("selftest-*"))
+    assert runs, r.stdout[-4000:] + r.stderr[-3000:]
+    matrix = json.loads((runs[-1] / "selftest.json").read_text())
+    missed = [m for m in matrix if not m["caught"]]
+    assert not missed, json.dumps(missed, indent=1) + r.stdout[-3000:]
+    assert {m["defect"] for m in matrix} == {c.defect for c in MATRIX}
+    assert r.returncode == 0, r.stdout[-4000:]
