@@ -401,12 +401,19 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     experiments = []
     exp_root = root / "experiments"
     exp_dirs = sorted(p for p in exp_root.iterdir() if p.is_dir()) if exp_root.is_dir() else []
-    if not exp_dirs:
+    if run.experiments is None and not exp_dirs:
         raise EvidenceError("experiments/: no experiment directories (each needs journal.json)")
     for exp_dir in exp_dirs:
         path = exp_dir / "journal.json"
+        if not path.exists():
+            continue  # an expected experiment without a journal is judged, not a load error
         journal = _parse_journal(_read_json(path, root), _rel(path, root))
         experiments.append(ExperimentEvidence(name=exp_dir.name, journal=journal))
+    expected = run.expected_experiments
+    if expected is None:
+        # older run dirs: every experiment directory was meant to hold a journal; run order
+        ran = [e.name for e in sorted(experiments, key=lambda e: e.journal.start)]
+        expected = (*ran, *(p.name for p in exp_dirs if p.name not in ran))
 
     prometheus: dict[str, PromQuery] = {}
     prom_dir = root / "prometheus"
@@ -437,6 +444,10 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
         prometheus=prometheus,
         experiments=tuple(experiments),
+        expected=expected,
+        agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)
+        if (snap / "agents.jsonl").is_file()
+        else None,
     )
     if not evidence.requests:
         raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")

@@ -114,7 +114,12 @@ def test_silent_alert_is_correct_when_its_slo_was_never_breached(make_run) -> No
 def test_deviated_experiment_exits_1(make_run) -> None:
     run = make_run(ExperimentFixture("api-replica-loss", deviated=True))
     verdict = evaluate_run(run.path)
-    assert verdict.result == "pass" and verdict.exit_code == EXIT_EXPERIMENT
+    # never "pass" above a non-zero exit code
+    assert verdict.result == "fail" and verdict.exit_code == EXIT_EXPERIMENT
+    check = _check(verdict, "api-replica-loss.experiment")
+    assert check.status == "fail" and "deviated" in check.message and not check.key
+    assert "experiment(s) failed: api-replica-loss (journal status completed, deviated)" in (
+        verdict.reason)
 
 
 @pytest.mark.parametrize(("at_step", "resume"), [(50, 40), (70, 60), (55, 20)])
