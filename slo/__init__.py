@@ -1,7 +1,8 @@
-"""SLOs, recovery objectives, evidence, gate and report (DESIGN.md section 2).
+"""SLOs, recovery objectives, evidence, gate and report (evidence format: docs/EVIDENCE.md).
 
 specs/      OpenSLO + RecoveryObjective specs and their loader (`load_specs`)
 evidence    run-directory loader (docs/EVIDENCE.md)
-sli, budget, scoring   pure math
-evaluate    evidence + specs -> Verdict;  report/junit/charts: outputs;  rules: Prometheus rules
+sli, budget, scoring, invariants, dropped   pure math on evidence records
+evaluate    evidence + specs -> Verdict;  checks: objective rows;  decision: exit code/result
+report/junit/charts: outputs;  rules: Prometheus rules
 """

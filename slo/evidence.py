@@ -213,7 +213,7 @@ class Journal(_Record):
     @property
     def experiment_ok(self) -> bool:
         """Chaos Toolkit exits 0 when the steady state is broken *before* the method, so the
-        before-check is ours to read (DESIGN.md section 7)."""
+        before-check is ours to read (docs/EVIDENCE.md, "journal.json")."""
         return (
             self.status == "completed"
             and not self.deviated
