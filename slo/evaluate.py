@@ -223,7 +223,7 @@ def not_measured_reason(journal: Journal, window: FaultWindow | None) -> str | N
     if journal.steady_state_before_met is None:
         return "no steady-state result before the method in the journal"
     if window is None:
-        return "no fault recorded (no fault_start in faults.jsonl during the journal)"
+        return "no fault recorded: no fault_start in faults.jsonl during the journal"
     return None
 
 

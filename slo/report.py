@@ -114,9 +114,11 @@ def render_markdown(verdict: Verdict) -> str:
         runbook = (f" Runbook: [runbooks/{e.runbook}.md](runbooks/{e.runbook}.md)."
                    if e.runbook else "")
         if not e.measured:
+            # a missing journal's reason already quotes the runner
             journal = (f" Journal {e.journal_status}{', deviated' if e.deviated else ''}."
-                       if e.journal_present else " No journal.")
-            runner = f" Runner: {e.runner_status}." if e.runner_status else ""
+                       if e.journal_present else "")
+            runner = (f" Runner: {e.runner_status}."
+                      if e.runner_status and e.journal_present else "")
             lines += [f"**Not measured: {e.not_measured_reason}.**{journal}{runner}{runbook}", ""]
         else:
             assert e.fault_start is not None and e.fault_end is not None

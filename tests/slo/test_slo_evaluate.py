@@ -301,7 +301,8 @@ def test_side_by_side_comparison_of_two_runs(make_run) -> None:
     from slo.compare import comparison_rows, load_verdicts
     from slo.report import write_reports
 
-    good = make_run(ExperimentFixture("api-replica-loss"))
+    good = make_run(ExperimentFixture("api-replica-loss"),
+                    ExperimentFixture("db-primary-loss", steady_state_before=False))
     bad = make_run(ExperimentFixture("api-replica-loss", lost_acks=3))
     for run, platform in ((good, "controlplane"), (bad, "prefect")):
         info = json.loads((run.path / "run.json").read_text())
@@ -314,7 +315,10 @@ def test_side_by_side_comparison_of_two_runs(make_run) -> None:
     assert rows["experiment api-replica-loss"][0].endswith("0 acks lost")
     assert rows["experiment api-replica-loss"][1].endswith("3 acks lost")
     assert rows["experiment registry-failure"] == ["not run", "not applicable: no image pull"]
-    assert rows["gate"][0].startswith("pass") and rows["gate"][1].startswith("fail")
+    assert rows["experiment db-primary-loss"] == [
+        "not measured: steady state not met before the method", "not run"]
+    assert rows["gate"][0].startswith("fail") and rows["gate"][0].endswith("exit 1)")
+    assert rows["gate"][1].startswith("fail") and rows["gate"][1].endswith("exit 2)")
     out = CliRunner().invoke(main_cli(), ["slo", "compare", str(good.path), str(bad.path)])
     assert out.exit_code == 0 and "| SLI submission-durability |" in out.output
 
