@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA = "gameday.verdict/v2"
 # pass/warning/fail are scored; not_measured (the experiment did not run as designed) and
@@ -169,6 +169,23 @@ class Verdict(_M):
     evidence_dropped_by_agent: dict[str, int] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v1(cls, data: Any) -> Any:
+        """v1 verdicts could say "pass" above a non-zero exit code and had no scored count;
+        read back (baselines, re-rendered reports), they say what their exit code meant."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        code = data.get("exit_code")
+        if isinstance(code, int) and code != 0 and data.get("result") in ("pass", "warning"):
+            data["result"] = "error" if code == 3 else "fail"
+        if "scored_checks" not in data:
+            data["scored_checks"] = sum(
+                1 for c in data.get("checks") or []
+                if isinstance(c, dict) and c.get("status") in ("pass", "warning", "fail"))
+        return data
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)

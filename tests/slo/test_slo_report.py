@@ -160,3 +160,20 @@ def test_all_five_outputs_agree_for_a_not_measured_run(make_run, tmp_path: Path)
     errors = {c.get("name") for c in junit.iter("testcase") if c.find("error") is not None}
     assert errors == {c.id for c in verdict.checks if c.experiment == "api-replica-loss"}
     assert int(junit.get("errors")) == len(errors)
+
+
+def test_v1_verdicts_read_back_never_say_pass_above_a_non_zero_exit(reported) -> None:
+    import json
+
+    from slo.report import headline
+    from slo.verdict import Verdict
+
+    verdict, paths = reported
+    v1 = json.loads(paths["verdict.json"].read_text())
+    v1.update(schema="gameday.verdict/v1", result="pass", exit_code=1)
+    del v1["scored_checks"]
+    old = Verdict.model_validate(v1)
+    assert old.result == "fail" and old.scored_checks == verdict.scored_checks > 0
+    assert headline(old).startswith("FAIL ")
+    v1.update(result="warning", exit_code=3)
+    assert Verdict.model_validate(v1).result == "error"
