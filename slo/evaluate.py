@@ -357,14 +357,14 @@ def evaluate_experiment(
     }
     window = fault_window(ev.faults, start, end)
     why_not = not_measured_reason(j, window)
-    if why_not is not None or window is None:
-        why_not = why_not or "no fault recorded"
+    if why_not is not None:
         return ExperimentResult(
             **about,
             measured=False,
             not_measured_reason=why_not,
             findings=[f"{exp.name}: not measured: {why_not}"],
         )
+    assert window is not None  # no window always has a reason
     f_start, f_end = window.start, window.end
     horizon = min(end + specs.evaluation.alert_grace_seconds, max(run.snapshot, end),
                   max(next_start, end))
