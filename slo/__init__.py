@@ -2,6 +2,7 @@
 
 specs/      OpenSLO + RecoveryObjective specs and their loader (`load_specs`)
 evidence    run-directory loader (docs/EVIDENCE.md)
-sli, budget, scoring   pure math
-evaluate    evidence + specs -> Verdict;  report/junit/charts: outputs;  rules: Prometheus rules
+sli, budget, scoring, invariants, dropped   pure math on evidence records
+evaluate    evidence + specs -> Verdict;  checks: objective rows;  decision: exit code/result
+report/junit/charts: outputs;  rules: Prometheus rules
 """

@@ -14,50 +14,54 @@ from slo.evidence import EvidenceError
 from slo.specs import ENVIRONMENTS, SpecError, load_specs
 from slo.verdict import Verdict
 
-_STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", None: "dim"}
+_STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", "error": "bold red",
+          "not_measured": "bold magenta", "no_data": "dim", None: "dim"}
 
 
 def print_verdict(verdict: Verdict, console: Console) -> None:
-    """One row per SLI and per experiment; the reports carry the detail."""
-    from slo.report import experiment_status
+    """One row per SLI, dropped evidence and per experiment; the reports carry the detail."""
+    from slo.report import dropped_text, experiment_status, headline, status_label
 
     table = Table(title=f"gameday verdict {verdict.run_id} ({verdict.env})")
     for col in ("scope", "status", "measured / objective", "missed"):
         table.add_column(col)
     checks = {c.id: c for c in verdict.checks}
+
+    def cell(status: str | None) -> str:
+        return f"[{_STYLE.get(status, 'dim')}]{status_label(status)}[/]"
+
     for s in verdict.slis:
         c = checks.get(f"sli.{s.name}")
         value = "n/a" if s.value is None else f"{s.value:.5g}"
-        status = c.status if c else None
         table.add_row(
             s.name + (" (key)" if s.key else ""),
-            f"[{_STYLE.get(status, 'dim')}]{status or 'no data'}[/]",
+            cell(c.status if c else None),
             f"{value} / {s.target:g}",
-            "",
+            c.message if c and c.status == "fail" else "",
         )
+    dropped = checks.get("evidence.dropped")
+    if dropped is not None:
+        table.add_row("dropped evidence", cell(dropped.status), dropped_text(verdict), "")
     for e in verdict.experiments:
         status = experiment_status(verdict, e.name)
+        if not e.measured:
+            table.add_row(e.name, cell(status), f"RTO {e.rto_seconds or 0:g}s",
+                          f"not measured: {e.not_measured_reason}")
+            continue
         rec = "not recovered" if e.recovery_seconds is None else f"{e.recovery_seconds:.0f}s"
         missed = [
             c.id.removeprefix(f"{e.name}.")
             for c in verdict.checks
             if c.experiment == e.name and c.status == "fail"
         ]
-        if not e.experiment_ok:
-            missed.insert(0, "experiment " + ("deviated" if e.deviated else e.journal_status))
         table.add_row(
             e.name,
-            f"[{_STYLE[status]}]{status}[/]",
-            f"recovery {rec} / RTO {e.rto_seconds:g}s",
+            cell(status),
+            f"recovery {rec} / RTO {e.rto_seconds or 0:g}s",
             ", ".join(missed),
         )
     console.print(table)
-    score = f"{verdict.score:.1f}" if verdict.score is not None else "n/a"
-    console.print(
-        f"[{_STYLE[verdict.result]}]{verdict.result.upper()}[/] score {score}: {verdict.reason} "
-        f"(exit {verdict.exit_code})",
-        highlight=False,
-    )
+    console.print(f"[{_STYLE[verdict.result]}]{headline(verdict)}[/]", highlight=False)
 
 
 @click.command("evaluate")
@@ -94,8 +98,9 @@ def evaluate_cmd(
     """Recompute SLIs, recovery objectives and the gate verdict from RUN_DIR's raw evidence.
 
     Writes verdict.json, junit.xml, report.md and report.html into RUN_DIR. Exit codes:
-    0 pass (or warning), 1 an experiment failed or deviated, 2 an objective was missed,
-    3 evidence missing or unusable (or bad specs).
+    0 pass (or warning), 1 an experiment failed or was not measured (steady state broken, no
+    fault recorded), 2 a key objective was missed, 3 an expected experiment has no journal or
+    the evidence is unusable (or bad specs); 3 wins over 2 over 1.
     """
     from slo.report import write_reports
 

@@ -49,7 +49,9 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
         cells = []
         for v in verdicts:
             e = next((x for x in v.experiments if x.name == name), None)
-            if e is not None:
+            if e is not None and not e.measured:
+                cells.append(f"not measured: {e.not_measured_reason}")
+            elif e is not None:
                 cells.append(f"{experiment_status(v, name)}: recovery {_secs(e.recovery_seconds)}"
                              f" / RTO {_secs(e.rto_seconds)}, {e.failed_requests} failed requests,"
                              f" {e.acknowledged_lost} acks lost")

@@ -10,16 +10,40 @@ from pathlib import Path
 from statistics import fmean
 
 from slo import budget, sli
-from slo.evidence import Event, Evidence, EvidenceError, ExperimentEvidence, load_evidence
-from slo.scoring import Criterion, Scored, Status, check_status, gate_outcome
+from slo.checks import RPO_SLIS, build_checks
+from slo.decision import EXIT_EVIDENCE, EXIT_EXPERIMENT, EXIT_OBJECTIVE, EXIT_PASS, decide
+from slo.dropped import PROM_QUERY as DROPPED_QUERY
+from slo.dropped import dropped_evidence
+from slo.evidence import (
+    Event,
+    Evidence,
+    EvidenceError,
+    ExperimentEvidence,
+    FaultRecord,
+    Journal,
+    load_evidence,
+)
+from slo.invariants import check_invariant
+from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
 from slo.specs import Slo, Specs, load_specs
-from slo.verdict import AlertResult, Check, ExperimentResult, SliSummary, SliWindow, Verdict
+from slo.verdict import (
+    AlertResult,
+    ExperimentResult,
+    InvariantOutcome,
+    SliSummary,
+    SliWindow,
+    Verdict,
+)
 
-EXIT_PASS = 0
-EXIT_EXPERIMENT = 1
-EXIT_OBJECTIVE = 2
-EXIT_EVIDENCE = 3
+__all__ = [
+    "EXIT_EVIDENCE",
+    "EXIT_EXPERIMENT",
+    "EXIT_OBJECTIVE",
+    "EXIT_PASS",
+    "evaluate_evidence",
+    "evaluate_run",
+]
 
 # generic event kinds -> the automation they show (docs/EVIDENCE.md, "events.jsonl")
 AUTOMATION: dict[str, Callable[[Event], bool]] = {
@@ -33,8 +57,6 @@ AUTOMATION: dict[str, Callable[[Event], bool]] = {
 }
 
 
-# losses on these boundaries never "recover": they are judged by the RPO checks, not the RTO
-RPO_SLIS = frozenset({"submission-durability", "terminal-state-consistency"})
 
 
 @dataclass
@@ -160,30 +182,73 @@ def summarize_slis(run: _Run, outcomes: dict[str, list[Outcome]]) -> list[SliSum
 # --------------------------------------------------------------------------- experiments
 
 
-def _fault_window(run: _Run, exp: ExperimentEvidence) -> tuple[str | None, float, float, str]:
-    j = exp.journal
-    start, end = ts(j.start), ts(j.end)
-    for f in run.evidence.faults:
+@dataclass(frozen=True)
+class FaultWindow:
+    name: str
+    start: float
+    end: float
+
+
+def fault_window(
+    faults: Sequence[FaultRecord], journal_start: float, journal_end: float
+) -> FaultWindow | None:
+    """Span of every fault the experiment injected: from the first `fault_start` inside the
+    journal's [start, end] to the last matching `fault_end` (a fault never ended lasts until
+    the journal end). None when no fault was recorded: there is then no fault start to measure
+    from, and none is invented from the journal."""
+    starts = [
+        f for f in faults if f.event == "fault_start" and journal_start <= ts(f.time) <= journal_end
+    ]
+    if not starts:
+        return None
+    ends = []
+    for f in starts:
         t = ts(f.time)
-        if f.event == "fault_start" and start <= t <= end:
-            stop = next(
-                (
-                    ts(g.time)
-                    for g in run.evidence.faults
-                    if g.event == "fault_end" and g.fault == f.fault and ts(g.time) >= t
-                ),
-                end,
-            )
-            return f.fault, t, stop, "faults.jsonl"
-    for act in j.activities:
-        if act.type == "action" and act.start is not None:
-            return (
-                act.name,
-                ts(act.start),
-                ts(act.end or j.end),
-                "journal method (no fault_start in faults.jsonl)",
-            )
-    return None, start, end, "journal start (no fault recorded)"
+        matching = [
+            ts(g.time) for g in faults
+            if g.event == "fault_end" and g.fault == f.fault and ts(g.time) >= t
+        ]
+        ends.append(min(matching, default=journal_end))
+    return FaultWindow(
+        ", ".join(dict.fromkeys(f.fault for f in starts)),
+        min(ts(f.time) for f in starts),
+        max(ends),
+    )
+
+
+def not_measured_reason(journal: Journal, window: FaultWindow | None) -> str | None:
+    """Why a journal that exists still measured nothing, or None when it is measured."""
+    if journal.steady_state_before_met is False:
+        return "steady state not met before the method"
+    if journal.steady_state_before_met is None:
+        return "no steady-state result before the method in the journal"
+    if window is None:
+        return "no fault recorded: no fault_start in faults.jsonl during the journal"
+    return None
+
+
+def missing_experiment(run: _Run, name: str) -> ExperimentResult:
+    """An expected experiment without a journal: reported, never measured (exit 3)."""
+    status = run.evidence.run.experiment_status.get(name)
+    runner = (
+        f"; runner: {status.status}" + (f", {status.detail}" if status.detail else "")
+        if status is not None else "; no runner status in run.json"
+    )
+    ro = run.specs.recovery_objectives.get(name)
+    return ExperimentResult(
+        name=name,
+        measured=False,
+        journal_present=False,
+        not_measured_reason=f"no journal{runner}",
+        runner_status=status.status if status else None,
+        runner_detail=(status.detail or None) if status else None,
+        title=ro.display_name if ro else None,
+        failure_class=ro.failure_class if ro else None,
+        runbook=ro.runbook if ro else None,
+        rto_seconds=ro.rto_seconds if ro else None,
+        expected_alerts=list(ro.expected_alerts) if ro else [],
+        findings=[f"{name}: missing from the evidence: no journal{runner}"],
+    )
 
 
 def _alert_fired(run: _Run, name: str, lo: float, hi: float) -> float | None:
@@ -270,27 +335,57 @@ def evaluate_experiment(
             raise EvidenceError(
                 f"experiments/{exp.name}/journal.json: field experiment.x-gameday.slos: unknown SLO {name!r}"
             )
-    fault_name, f_start, f_end, f_source = _fault_window(run, exp)
+    alert_names = list(dict.fromkeys([*ext.expected_alerts, *ro.expected_alerts]))
     start, end = ts(j.start), ts(j.end)
+    status = ev.run.experiment_status.get(exp.name)
+    about = {
+        "name": exp.name,
+        "title": j.title,
+        "failure_class": ro.failure_class,
+        "runbook": ext.runbook or ro.runbook,
+        "journal_status": j.status,
+        "deviated": j.deviated,
+        "steady_state_before_met": j.steady_state_before_met,
+        "experiment_ok": j.experiment_ok,
+        "blast_radius": ext.blast_radius,
+        "start": start,
+        "end": end,
+        "rto_seconds": ro.rto_seconds,
+        "expected_alerts": alert_names,
+        "runner_status": status.status if status else None,
+        "runner_detail": (status.detail or None) if status else None,
+    }
+    window = fault_window(ev.faults, start, end)
+    why_not = not_measured_reason(j, window)
+    if why_not is not None:
+        return ExperimentResult(
+            **about,
+            measured=False,
+            not_measured_reason=why_not,
+            findings=[f"{exp.name}: not measured: {why_not}"],
+        )
+    assert window is not None  # no window always has a reason
+    f_start, f_end = window.start, window.end
     horizon = min(end + specs.evaluation.alert_grace_seconds, max(run.snapshot, end),
                   max(next_start, end))
     findings: list[str] = []
-    if f_source != "faults.jsonl":
-        findings.append(f"{exp.name}: fault start taken from {f_source}")
 
     cfg = specs.evaluation
     times = sli.sample_times(start, horizon, cfg.sample_interval_seconds)
     windows: list[SliWindow] = []
     breaches: list[float] = []
     recoveries: list[float | None] = []
+    no_data: list[str] = []
     for name in slo_names:
         slo = specs.slo(name)
         series = sli.rolling_ratio(outcomes[name], times, cfg.sample_window_seconds)
         target = slo.objective.target
-        # a breach that starts after the fault is over (plus one sample window) is not its doing
-        until = f_end + cfg.sample_window_seconds
-        breach = sli.first_breach(times, series, target, f_start, until)
-        rec = sli.recovery_time(times, series, target, f_start, cfg.recovery_hold_samples, until)
+        # every breach that starts before the horizon counts: an SLI stuck after the fault
+        # ended has not recovered, however long after the fault it broke
+        breach = sli.first_breach(times, series, target, f_start, horizon)
+        has_data = any(v is not None for t, v in zip(times, series) if f_start <= t <= horizon)
+        rec = (sli.recovery_time(times, series, target, f_start, cfg.recovery_hold_samples,
+                                 horizon) if has_data else None)
         in_exp = sli.in_window(outcomes[name], start, end)
         good, total = sli.count(in_exp)
         value = budget.sli_value(good, total)
@@ -298,7 +393,10 @@ def evaluate_experiment(
         if breach is not None:
             breaches.append(breach)
         if name not in RPO_SLIS:
-            recoveries.append(rec)
+            if has_data:
+                recoveries.append(rec)
+            else:
+                no_data.append(name)
         windows.append(
             SliWindow(
                 name=name,
@@ -311,12 +409,14 @@ def evaluate_experiment(
                 budget_consumed=consumed,
                 breached_at=breach,
                 recovery_seconds=rec,
+                has_data=has_data,
                 series=list(zip(times, series)),
             )
         )
-    recovery = None if any(r is None for r in recoveries) else max(recoveries, default=0.0)
+    # no recovery SLI with data at all: there is no recovery to report (the RTO check fails)
+    recovery = (None if not recoveries or any(r is None for r in recoveries)
+                else max(recoveries, default=0.0))
 
-    alert_names = list(dict.fromkeys([*ext.expected_alerts, *ro.expected_alerts]))
     if alert_names and "alerts" not in ev.prometheus:
         raise EvidenceError(
             f"prometheus/alerts.json: missing, but experiment {exp.name} expects {', '.join(alert_names)} "
@@ -324,18 +424,19 @@ def evaluate_experiment(
         )
     alerts = []
     guarded = {specs.slo(n).alert_name: n for n in specs.slo_names}
-    breached_at = {w.name: w.breached_at for w in windows}
+    # an alert is required when the SLO it guards breached while the fault lasted
+    during_fault: dict[str, float | None] = {}
     for name in alert_names:
         fired = _alert_fired(run, name, f_start, horizon)
         slo_name = guarded.get(name)
         required, note = True, None
         if fired is None and slo_name is not None:
-            if slo_name not in breached_at:  # guarded SLO not among this experiment's SLIs
+            if slo_name not in during_fault:
                 slo = specs.slo(slo_name)
                 series = sli.rolling_ratio(outcomes[slo_name], times, cfg.sample_window_seconds)
-                breached_at[slo_name] = sli.first_breach(
+                during_fault[slo_name] = sli.first_breach(
                     times, series, slo.objective.target, f_start, f_end + cfg.sample_window_seconds)
-            if breached_at[slo_name] is None:
+            if during_fault[slo_name] is None:
                 required = False
                 note = f"{slo_name} stayed within its objective during the fault: nothing to page on"
         alerts.append(
@@ -405,36 +506,33 @@ def evaluate_experiment(
     torn = sum(loss.torn_checkpoint_used for loss in losses)
     if torn:
         findings.append(f"{exp.name}: resumed from {torn} torn (incomplete) checkpoint(s)")
+    if audit.matched_by_key_only:
+        findings.append(
+            f"{exp.name}: {len(audit.matched_by_key_only)} acknowledged submission(s) answer "
+            "under a new operation id (found by idempotency key only)"
+        )
+    invariants = []
+    for name in ro.invariants:
+        result = check_invariant(name, ev, f_start, horizon)
+        invariants.append(InvariantOutcome(name=name, judged=result.judged,
+                                           violations=list(result.violations),
+                                           no_data=result.no_data))
+        if result.violations:
+            findings.append(f"{exp.name}: invariant {name} violated {len(result.violations)}x")
     if not j.experiment_ok:
         findings.append(
-            f"{exp.name}: experiment {j.status}"
-            + (", deviated" if j.deviated else "")
-            + (
-                ", steady state not met before the method"
-                if j.steady_state_before_met is False
-                else ""
-            )
+            f"{exp.name}: experiment {j.status}" + (", deviated" if j.deviated else "")
         )
     return ExperimentResult(
-        name=exp.name,
-        title=j.title,
-        failure_class=ro.failure_class,
-        runbook=ext.runbook or ro.runbook,
-        journal_status=j.status,
-        deviated=j.deviated,
-        steady_state_before_met=j.steady_state_before_met,
-        experiment_ok=j.experiment_ok,
-        blast_radius=ext.blast_radius,
-        start=start,
-        end=end,
-        fault_name=fault_name,
+        **about,
+        fault_name=window.name,
         fault_start=f_start,
         fault_end=f_end,
-        fault_source=f_source,
-        rto_seconds=ro.rto_seconds,
+        fault_source="faults.jsonl",
         detection_seconds=None if detected_at is None else detected_at - f_start,
         detected_by=detected_by,
         recovery_seconds=recovery,
+        recovery_no_data=no_data,
         requests=len(reqs),
         failed_requests=len(failed),
         slow_requests=len(slow),
@@ -442,6 +540,7 @@ def evaluate_experiment(
         manual_decisions=manual,
         acknowledged_lost=len(audit.missing),
         acknowledged_duplicated=len(audit.duplicated),
+        acknowledged_matched_by_key_only=len(audit.matched_by_key_only),
         checkpoint_steps_recomputed=sum(loss.lost_steps for loss in losses),
         checkpoint_intervals_lost=max(intervals) if intervals else (0.0 if not losses else None),
         torn_checkpoints_used=torn,
@@ -450,6 +549,7 @@ def evaluate_experiment(
         accepted_result_basis=basis,
         slis=windows,
         alerts=alerts,
+        invariants=invariants,
         findings=findings,
     )
 
@@ -477,154 +577,9 @@ def _baselines(dirs: Sequence[Path], last: int | None) -> tuple[dict[str, float]
     return {k: fmean(vs) for k, vs in values.items()}, [v.run_id for v in passing]
 
 
-def _check(
-    id_: str,
-    experiment: str | None,
-    objective: str,
-    measured: float | None,
-    passing: list[str],
-    warning: list[str],
-    weight: float,
-    key: bool,
-    baseline: dict[str, float],
-    message: str,
-    missing: Status | None = None,
-) -> Check:
-    base = baseline.get(id_)
-    status = check_status(
-        measured, [Criterion.parse(c) for c in passing], [Criterion.parse(c) for c in warning], base
-    )
-    if measured is None:
-        status = missing
-    return Check(
-        id=id_,
-        experiment=experiment,
-        objective=objective,
-        measured=measured,
-        expected=" and ".join(passing),
-        status=status.value if status else None,
-        weight=weight,
-        key=key,
-        message=message,
-        baseline=base,
-    )
-
-
-def build_checks(
-    specs: Specs,
-    slis: list[SliSummary],
-    experiments: list[ExperimentResult],
-    baseline: dict[str, float],
-) -> list[Check]:
-    g = specs.gate
-    rel = f"<=+{g.relative_tolerance_percent:g}%"
-    checks: list[Check] = []
-    for s in slis:
-        # non-key SLIs may miss the run objective as a warning while the window budget holds
-        checks.append(
-            _check(
-                f"sli.{s.name}",
-                None,
-                f"{s.display_name} >= {s.target:g}",
-                s.value,
-                [f">={s.target!r}"],
-                []
-                if s.key
-                else [
-                    f">={budget.value_at_full_budget(s.target, s.duration_seconds, s.window_seconds)!r}"
-                ],
-                g.weight_sli,
-                s.key,
-                baseline,
-                f"{s.good}/{s.total} good"
-                + (f", burn rate {s.burn_rate:.2f}x" if s.burn_rate is not None else ""),
-            )
-        )
-    for e in experiments:
-        x = e.name
-        checks.append(
-            _check(
-                f"{x}.rto",
-                x,
-                f"recovered within RTO {e.rto_seconds:g}s",
-                e.recovery_seconds,
-                [f"<={e.rto_seconds!r}", rel],
-                [f"<={e.rto_seconds!r}"],
-                g.weight_rto,
-                True,
-                baseline,
-                "never recovered within the evidence"
-                if e.recovery_seconds is None
-                else f"recovered {e.recovery_seconds:.1f}s after fault start",
-                missing=Status.FAIL,
-            )
-        )
-        ro = specs.recovery_objectives[e.failure_class]
-        checks.append(
-            _check(
-                f"{x}.rpo.acknowledged_submissions",
-                x,
-                f"acknowledged submissions lost <= {ro.rpo.acknowledged_submissions}",
-                float(e.acknowledged_lost + e.acknowledged_duplicated),
-                [f"<={ro.rpo.acknowledged_submissions}"],
-                [],
-                g.weight_rpo,
-                True,
-                baseline,
-                f"{e.acknowledged_lost} lost, {e.acknowledged_duplicated} duplicated",
-            )
-        )
-        lost_intervals = e.checkpoint_intervals_lost
-        if e.torn_checkpoints_used:
-            lost_intervals = float("inf")  # a torn checkpoint used is unbounded loss
-        checks.append(
-            _check(
-                f"{x}.rpo.checkpoint_progress",
-                x,
-                f"checkpoint intervals lost <= {ro.rpo.checkpoint_progress_intervals:g}",
-                lost_intervals,
-                [f"<={ro.rpo.checkpoint_progress_intervals!r}"],
-                [],
-                g.weight_rpo,
-                True,
-                baseline,
-                f"{e.checkpoint_steps_recomputed:g} steps recomputed, {e.torn_checkpoints_used} torn checkpoint(s) used",
-            )
-        )
-        checks.append(
-            _check(
-                f"{x}.rpo.artifacts",
-                x,
-                f"artifacts lost <= {ro.rpo.artifacts}",
-                float(e.artifacts_missing),
-                [f"<={ro.rpo.artifacts}"],
-                [],
-                g.weight_rpo,
-                True,
-                baseline,
-                f"{e.artifacts_missing} reported writes or results not complete in the store",
-            )
-        )
-        for a in e.alerts:
-            checks.append(
-                _check(
-                    f"{x}.alert.{a.name}",
-                    x,
-                    f"alert {a.name} fires when the SLO it guards is breached",
-                    a.fired_after_seconds,
-                    [">=0", rel],
-                    [">=0"],
-                    g.weight_alert,
-                    False,
-                    baseline,
-                    f"fired {a.fired_after_seconds:.1f}s after fault start"
-                    if a.fired
-                    else "silent: never fired" if a.required
-                    else f"silent, correctly: {a.note}",
-                    missing=Status.FAIL if a.required else Status.PASS,
-                )
-            )
-    return checks
+def _report_order(evidence: Evidence, present: list[str]) -> list[str]:
+    """Expected experiments in run order, then any journal the suite did not name."""
+    return list(dict.fromkeys([*evidence.expected, *present]))
 
 
 def evaluate_evidence(
@@ -641,49 +596,33 @@ def evaluate_evidence(
     # an experiment is judged up to the next one's start at most: the next fault's effects
     # (breaches, alerts) must never count against the experiment before it
     next_starts = [ts(e.journal.start) for e in ordered[1:]] + [float("inf")]
-    experiments = [
-        evaluate_experiment(run, e, outcomes, owners[e.name], nxt)
+    judged = {
+        e.name: evaluate_experiment(run, e, outcomes, owners[e.name], nxt)
         for e, nxt in zip(ordered, next_starts)
+    }
+    # every expected experiment gets a result, with or without a journal
+    experiments = [
+        judged[name] if name in judged else missing_experiment(run, name)
+        for name in _report_order(evidence, [e.name for e in ordered])
     ]
+    dropped = dropped_evidence(evidence.events, evidence.prometheus.get(DROPPED_QUERY))
     baseline, baseline_runs = _baselines(baseline_dirs, relative_last)
-    checks = build_checks(specs, slis, experiments, baseline)
+    checks = build_checks(specs, slis, experiments, baseline, dropped)
     gate = gate_outcome(
         [Scored(Status(c.status) if c.status else None, c.weight, c.key) for c in checks],
         specs.gate.pass_score,
         specs.gate.warning_score,
     )
-    failed_keys = [c.id for c in checks if c.key and c.status == "fail"]
-    bad_experiments = [e.name for e in experiments if not e.experiment_ok]
-    if gate.status is Status.FAIL:
-        code = EXIT_OBJECTIVE
-        reason = (
-            ("key objective(s) missed: " + ", ".join(failed_keys))
-            if failed_keys
-            else (
-                f"score {gate.score:.1f} below warning threshold {specs.gate.warning_score:g}"
-                if gate.score is not None
-                else "no measurable objective"
-            )
-        )
-    elif bad_experiments:
-        code, reason = (
-            EXIT_EXPERIMENT,
-            "experiment(s) failed or deviated: " + ", ".join(bad_experiments),
-        )
-    else:
-        code = EXIT_PASS
-        missed = [c.id for c in checks if c.status == "fail"]
-        reason = (
-            "all objectives met"
-            if not missed
-            else f"gate {gate.status.value}; non-key objective(s) missed: " + ", ".join(missed)
-        )
+    decision = decide(checks, experiments, gate, specs.gate.warning_score)
     findings = [f for e in experiments for f in e.findings]
     findings += [
         f"SLI {s.name} missed its objective ({s.value:.5f} < {s.target:g})"
         for s in slis
         if s.objective_met is False
     ]
+    if dropped.total:
+        findings.append(f"agents dropped {dropped.total} evidence event(s) before delivery: "
+                        "SLIs computed from events may look better than what happened")
     return Verdict(
         run_id=evidence.run.run_id,
         env=evidence.run.env,
@@ -691,17 +630,20 @@ def evaluate_evidence(
         platform=evidence.run.platform,
         started_at=run.start,
         ended_at=ts(evidence.run.ended_at),
-        result=gate.status.value,
+        result=decision.result,
         score=gate.score,
+        scored_checks=gate.scored,
         key_failed=gate.key_failed,
-        exit_code=code,
-        reason=reason,
+        exit_code=decision.exit_code,
+        reason=decision.reason,
         slis=slis,
         experiments=experiments,
         checks=checks,
         findings=findings,
         baseline_runs=baseline_runs,
         not_applicable=dict(evidence.run.not_applicable),
+        evidence_dropped=dropped.total,
+        evidence_dropped_by_agent=dropped.by_agent,
     )
 
 

@@ -32,6 +32,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class RunnerStatus(_Record):
+    """What the runner saw of one experiment (run.json `experiment_status`)."""
+
+    status: str
+    seconds: float | None = None
+    detail: str | None = None
+
+
 class RunInfo(_Record):
     run_id: str
     env: str
@@ -43,6 +51,17 @@ class RunInfo(_Record):
     versions: dict[str, str] = Field(default_factory=dict)
     # experiments of the suite that do not apply to this platform, with the reason
     not_applicable: dict[str, str] = Field(default_factory=dict)
+    # the suite's experiments in run order; None (older run dirs): the journals present are
+    # the expected set
+    experiments: tuple[str, ...] | None = None
+    experiment_status: dict[str, RunnerStatus] = Field(default_factory=dict)
+
+    @property
+    def expected_experiments(self) -> tuple[str, ...] | None:
+        """Experiments that must have evidence: the suite minus those not applicable."""
+        if self.experiments is None:
+            return None
+        return tuple(n for n in dict.fromkeys(self.experiments) if n not in self.not_applicable)
 
 
 class LedgerEntry(_Record):
@@ -62,6 +81,21 @@ class RequestRecord(_Record):
     latency_ms: float = Field(ge=0)
 
 
+class AcceleratorRequest(_Record):
+    type: str | None = None
+    count: int = Field(default=0, ge=0)
+
+
+class ResourceRequest(_Record):
+    cpu: float | None = None
+    accelerator: AcceleratorRequest | None = None
+
+
+class PlacementRequest(_Record):
+    regions: tuple[str, ...] | None = None
+    dataset: str | None = None
+
+
 class Operation(_Record):
     id: str
     project: str
@@ -72,6 +106,10 @@ class Operation(_Record):
     queue: str | None = None
     workload: dict[str, Any] | None = None
     pending_reason: str | None = None
+    # hard constraints and retry policy, read by the invariants (slo/invariants.py)
+    max_retries: int | None = Field(default=None, ge=0)
+    placement: PlacementRequest | None = None
+    resources: ResourceRequest | None = None
 
     @property
     def checkpoint_every(self) -> float | None:
@@ -90,6 +128,18 @@ class Attempt(_Record):
     started_at: UtcTime | None = None
     finished_at: UtcTime | None = None
     error: dict[str, Any] | None = None
+
+
+class AgentRecord(_Record):
+    """One agent (worker) of the platform: snapshot/agents.jsonl."""
+
+    name: str
+    pool: str | None = None
+    zone: str | None = None
+    region: str | None = None
+    datasets: tuple[str, ...] = ()
+    accelerator_type: str | None = None
+    accelerator_count: int = Field(default=0, ge=0)
 
 
 class Event(_Record):
@@ -188,7 +238,13 @@ class Evidence(_Record):
     objects: tuple[StoredObject, ...]
     faults: tuple[FaultRecord, ...]
     prometheus: dict[str, PromQuery]
+    # journals present, in directory order
     experiments: tuple[ExperimentEvidence, ...]
+    # experiments that must have evidence, in run order (run.json `experiments` minus those
+    # not applicable; older run dirs: every directory under experiments/)
+    expected: tuple[str, ...] = ()
+    # None: snapshot/agents.jsonl was not collected
+    agents: tuple[AgentRecord, ...] | None = None
 
     @property
     def snapshot_time(self) -> datetime:
@@ -345,12 +401,19 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     experiments = []
     exp_root = root / "experiments"
     exp_dirs = sorted(p for p in exp_root.iterdir() if p.is_dir()) if exp_root.is_dir() else []
-    if not exp_dirs:
+    if run.experiments is None and not exp_dirs:
         raise EvidenceError("experiments/: no experiment directories (each needs journal.json)")
     for exp_dir in exp_dirs:
         path = exp_dir / "journal.json"
+        if not path.exists():
+            continue  # an expected experiment without a journal is judged, not a load error
         journal = _parse_journal(_read_json(path, root), _rel(path, root))
         experiments.append(ExperimentEvidence(name=exp_dir.name, journal=journal))
+    expected = run.expected_experiments
+    if expected is None:
+        # older run dirs: every experiment directory was meant to hold a journal; run order
+        ran = [e.name for e in sorted(experiments, key=lambda e: e.journal.start)]
+        expected = (*ran, *(p.name for p in exp_dirs if p.name not in ran))
 
     prometheus: dict[str, PromQuery] = {}
     prom_dir = root / "prometheus"
@@ -381,6 +444,10 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
         prometheus=prometheus,
         experiments=tuple(experiments),
+        expected=expected,
+        agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)
+        if (snap / "agents.jsonl").is_file()
+        else None,
     )
     if not evidence.requests:
         raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")

@@ -4,6 +4,9 @@ state its expectation from the same parameters instead of from magic numbers.
 
     run = build_run(tmp_path / "run", FixtureSpec(lost_acks=3))
     # 3 of 1,000 acknowledged submissions missing -> durability 0.997, exit 2
+
+Fixtures can also leave things OUT (a journal, the fault, the steady state, every write
+report): a fixture that always contains everything hides the paths where evidence is missing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ FAULT_OFFSET = 20.0  # fault starts this long after the experiment starts
 FAULT_SECONDS = 30.0
 OP_SECONDS = 5.0  # each normal operation: queued -> succeeded
 REQUEST_EVERY = 0.25
+AGENT = "agent-cpu-1"
+REGION = "local"
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,16 @@ class ExperimentFixture:
     interrupted_at_step: int | None = None  # one training op loses its attempt at this step
     resume_from_step: int | None = None
     torn_resume: bool = False  # resume point has no manifest
+    # the interrupted attempt's agent reports after its lease expired and is refused (fencing)
+    stale_report: bool = False
+    # --- evidence left out on purpose (each has a documented exit code, docs/EVIDENCE.md)
+    journal: bool = True  # False: listed in run.json, no journal (runner refused or crashed)
+    runner_status: str | None = None  # run.json experiment_status; default from the journal
+    steady_state_before: bool = True  # False: Chaos Toolkit skips the method, no fault
+    record_fault: bool = True  # False: the method ran but faults.jsonl has no fault_start
+    # API requests fail (503) from this long after the fault ended until the run ends:
+    # the system is stuck for good after the fault
+    stuck_after_fault: float | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,10 @@ class FixtureSpec:
     lost_acks: int = 0  # outside any experiment's fault
     experiments: tuple[ExperimentFixture, ...] = (ExperimentFixture("api-replica-loss"),)
     checkpoint_every: int = 20
+    max_retries: int | None = 3  # per operation; None: the snapshot does not record it
+    agents: bool = True  # write snapshot/agents.jsonl
+    report_writes: bool = True  # False: no checkpoint/artifact write reported (a key SLI, no data)
+    list_experiments: bool = True  # run.json carries `experiments` and `experiment_status`
 
 
 @dataclass
@@ -55,6 +74,22 @@ class FixtureRun:
     spec: FixtureSpec
     fault_starts: dict[str, float]
     lost_keys: list[str]
+
+
+def _injected(x: ExperimentFixture) -> bool:
+    """The fault really happened (its effects are in the evidence), recorded or not."""
+    return x.journal and x.steady_state_before
+
+
+def _runner_status(x: ExperimentFixture) -> str:
+    # the strings gameday/run.py writes into run.json experiment_status
+    if x.runner_status is not None:
+        return x.runner_status
+    if not x.journal:
+        return "no journal (chaos exited 1)"
+    if not x.steady_state_before:
+        return "refused: steady state not met before the method"
+    return "deviated" if x.deviated else "completed"
 
 
 def _iso(t: float, naive: bool = False) -> str:
@@ -69,7 +104,8 @@ def _sha(text: str) -> str:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, spec: FixtureSpec) -> None:
+        self.spec = spec
         self.operations: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -88,6 +124,7 @@ class _Writer:
         kind: str,
         frm: str | None = None,
         to: str | None = None,
+        actor: str = "fixture",
         **data: Any,
     ) -> None:
         self.events.append(
@@ -96,7 +133,7 @@ class _Writer:
                 "operation_id": op,
                 "attempt_id": attempt,
                 "time": _iso(t),
-                "actor": "fixture",
+                "actor": actor,
                 "kind": kind,
                 "from_state": frm,
                 "to_state": to,
@@ -140,21 +177,22 @@ class _Writer:
                 "operation_id": op,
                 "number": number,
                 "state": state,
-                "agent_name": "agent-cpu-1",
+                "agent_name": AGENT,
                 "created_at": _iso(t0),
                 "started_at": _iso(t0 + 0.5),
                 "finished_at": _iso(t_end),
                 "error": None if state == "succeeded" else {"kind": "transient", "message": "lost"},
             }
         )
+        agent = f"agent:{AGENT}"  # what the agent reports carries its actor (fencing)
         self.event(op, a, t0, "state_change", "queued", "dispatched")
-        self.event(op, a, t0 + 0.5, "state_change", "dispatched", "running")
+        self.event(op, a, t0 + 0.5, "state_change", "dispatched", "running", actor=agent)
         if resume is not None:
-            self.event(op, a, t0 + 0.6, "resumed", from_step=resume)
+            self.event(op, a, t0 + 0.6, "resumed", actor=agent, from_step=resume)
         span = max(t_end - t0 - 1.0, 0.1)
         for i, step in enumerate(steps):
             t = t0 + 0.7 + span * (i + 1) / (len(steps) + 1)
-            self.event(op, a, t, "progress", step=step, total=steps[-1])
+            self.event(op, a, t, "progress", actor=agent, step=step, total=steps[-1])
             if step % ckpt_every == 0:
                 prefix = f"checkpoints/{op}/attempt-{number}/step-{step:08d}"
                 torn = step == torn_at
@@ -163,12 +201,14 @@ class _Writer:
                     ["weights.npy", "optimizer.npz", "state.json"],
                     None if torn else "MANIFEST.json",
                 )
-                if not torn:
-                    self.event(op, a, t + 0.01, "checkpoint_written", step=step, prefix=prefix)
+                if not torn and self.spec.report_writes:
+                    self.event(op, a, t + 0.01, "checkpoint_written", actor=agent, step=step,
+                               prefix=prefix)
         if state == "succeeded":
             prefix = f"artifacts/{op}/attempt-{number}"
             self.write_set(prefix, ["model.npy", "metrics.json"], "COMPLETE.json")
-            self.event(op, a, t_end - 0.01, "artifact_written", prefix=prefix)
+            if self.spec.report_writes:
+                self.event(op, a, t_end - 0.01, "artifact_written", actor=agent, prefix=prefix)
         return a
 
     def operation(
@@ -179,24 +219,28 @@ class _Writer:
         ckpt_every: int,
         interrupted: tuple[int, int | None, bool] | None = None,
         interrupt_at: float | None = None,
+        stale_report: bool = False,
     ) -> str:
         op = self._id("op")
-        self.operations.append(
-            {
-                "id": op,
-                "project": "team-a",
-                "state": "succeeded",
-                "idempotency_key": key,
-                "created_at": _iso(created),
-                "updated_at": _iso(created + OP_SECONDS),
-                "queue": "default",
-                "pending_reason": None,
-                "workload": {
-                    "kind": "train",
-                    "params": {"steps": 2 * ckpt_every, "checkpoint_every": ckpt_every},
-                },
-            }
-        )
+        row: dict[str, Any] = {
+            "id": op,
+            "project": "team-a",
+            "state": "succeeded",
+            "idempotency_key": key,
+            "created_at": _iso(created),
+            "updated_at": _iso(created + OP_SECONDS),
+            "queue": "default",
+            "pending_reason": None,
+            "workload": {
+                "kind": "train",
+                "params": {"steps": 2 * ckpt_every, "checkpoint_every": ckpt_every},
+            },
+            "resources": {"cpu": 1, "accelerator": None},
+            "placement": {"regions": [REGION], "dataset": None},
+        }
+        if self.spec.max_retries is not None:
+            row["max_retries"] = self.spec.max_retries
+        self.operations.append(row)
         self.event(op, None, created, "state_change", None, "accepted")
         self.event(op, None, created + 0.01, "state_change", "accepted", "queued")
         if interrupted is None or interrupt_at is None:
@@ -215,7 +259,7 @@ class _Writer:
         steps = list(range(ckpt_every // 2, at_step + 1, ckpt_every // 2))
         if not steps or steps[-1] != at_step:
             steps.append(at_step)  # the highest step reached is exactly the one interrupted
-        self.attempt(
+        lost = self.attempt(
             op,
             1,
             created + 0.5,
@@ -225,7 +269,10 @@ class _Writer:
             ckpt_every,
             torn_at=resume if torn else None,
         )
-        self.event(op, None, interrupt_at, "lease_expired")
+        self.event(op, lost, interrupt_at, "lease_expired", actor="reconciler", agent=AGENT)
+        if stale_report:  # the cut-off agent comes back and is refused: fencing works
+            self.event(op, lost, interrupt_at + 5.0, "stale_report_refused",
+                       actor=f"agent:{AGENT}")
         self.event(op, None, interrupt_at + 0.01, "state_change", "running", "retrying")
         self.event(op, None, interrupt_at + 0.02, "state_change", "retrying", "queued")
         start = resume or 0
@@ -243,7 +290,7 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
     root = Path(path)
     (root / "snapshot").mkdir(parents=True, exist_ok=True)
     (root / "prometheus").mkdir(exist_ok=True)
-    w = _Writer()
+    w = _Writer(spec)
     n_exp = len(spec.experiments)
     run_end = LEAD_SECONDS + n_exp * (EXPERIMENT_SECONDS + GAP_SECONDS) + OP_SECONDS * 2
     windows = []
@@ -269,7 +316,9 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
     ]
     lost_idx |= set(rng.sample(outside, min(spec.lost_acks, len(outside))))
 
-    interrupts = {x.name: x for x, *_ in windows if x.interrupted_at_step is not None}
+    interrupts = {
+        x.name: x for x, *_ in windows if x.interrupted_at_step is not None and _injected(x)
+    }
     for k, t in enumerate(ack_times):
         op_id = f"pending-{k}"
         if k in lost_idx:
@@ -293,12 +342,19 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
                 ckpt_every=spec.checkpoint_every,
                 interrupted=(x.interrupted_at_step or 0, x.resume_from_step, x.torn_resume),
                 interrupt_at=fault,
+                stale_report=x.stale_report,
             )
 
     requests = []
     t = 0.0
     while t < run_end:
-        failing = any(fault <= t < fault + x.api_error_seconds for x, _, _, fault in windows)
+        failing = any(
+            fault <= t < fault + x.api_error_seconds
+            or (x.stuck_after_fault is not None
+                and t >= fault + FAULT_SECONDS + x.stuck_after_fault)
+            for x, _, _, fault in windows
+            if _injected(x)
+        )
         requests.append(
             {
                 "time": _iso(t),
@@ -313,25 +369,28 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
 
     faults, alert_series = [], []
     for x, start, end, fault in windows:
-        faults.append(
-            {
-                "time": _iso(fault),
-                "event": "fault_start",
-                "fault": x.name,
-                "target": "fixture",
-                "details": {},
-            }
-        )
-        faults.append(
-            {
-                "time": _iso(fault + FAULT_SECONDS),
-                "event": "fault_end",
-                "fault": x.name,
-                "target": "fixture",
-                "details": {},
-            }
-        )
-        for alert, delay in x.alerts.items():
+        if not x.journal:
+            continue  # never ran: no fault, no alert, no journal
+        if _injected(x) and x.record_fault:
+            faults.append(
+                {
+                    "time": _iso(fault),
+                    "event": "fault_start",
+                    "fault": x.name,
+                    "target": "fixture",
+                    "details": {},
+                }
+            )
+            faults.append(
+                {
+                    "time": _iso(fault + FAULT_SECONDS),
+                    "event": "fault_end",
+                    "fault": x.name,
+                    "target": "fixture",
+                    "details": {},
+                }
+            )
+        for alert, delay in x.alerts.items() if _injected(x) else ():
             first = T0.timestamp() + fault + delay
             values = [[first + 5 * i, "1"] for i in range(int((FAULT_SECONDS + 30) / 5))]
             alert_series.append(
@@ -372,8 +431,11 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
             "status": "completed",
             "deviated": x.deviated,
             "steady_states": {
-                "before": {"steady_state_met": True, "probes": []},
-                "after": {"steady_state_met": not x.deviated, "probes": []},
+                "before": {"steady_state_met": x.steady_state_before, "probes": []},
+                # Chaos Toolkit skips the method and the after-check when before is not met
+                "after": {"steady_state_met": not x.deviated, "probes": []}
+                if x.steady_state_before
+                else None,
                 "during": [],
             },
             "run": [
@@ -385,7 +447,9 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
                     "duration": 0.1,
                     "output": None,
                 }
-            ],
+            ]
+            if x.steady_state_before
+            else [],
             "rollbacks": [],
         }
         (exp_dir / "journal.json").write_text(json.dumps(journal, indent=1))
@@ -400,6 +464,11 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
     jsonl("snapshot/attempts.jsonl", w.attempts)
     jsonl("snapshot/events.jsonl", sorted(w.events, key=lambda e: e["time"]))
     jsonl("snapshot/objects.jsonl", w.objects)
+    if spec.agents:
+        jsonl("snapshot/agents.jsonl", [{
+            "name": AGENT, "pool": "cpu", "zone": f"{REGION}-a", "region": REGION,
+            "datasets": [], "accelerator_type": None, "accelerator_count": 0,
+        }])
     (root / "load_stats.json").write_text(
         json.dumps(
             [
@@ -426,20 +495,24 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
             }
         )
     )
-    (root / "run.json").write_text(
-        json.dumps(
-            {
-                "run_id": f"fixture-{spec.seed}",
-                "env": spec.env,
-                "suite": "fixture",
-                "platform": "fixture",
-                "started_at": _iso(0),
-                "ended_at": _iso(run_end),
-                "snapshot_at": _iso(run_end),
-                "versions": {"harness": "0.1.0"},
-            }
-        )
-    )
+    info: dict[str, Any] = {
+        "run_id": f"fixture-{spec.seed}",
+        "env": spec.env,
+        "suite": "fixture",
+        "platform": "fixture",
+        "started_at": _iso(0),
+        "ended_at": _iso(run_end),
+        "snapshot_at": _iso(run_end),
+        "versions": {"harness": "0.1.0"},
+    }
+    if spec.list_experiments:
+        info["experiments"] = [x.name for x in spec.experiments]
+        info["experiment_status"] = {
+            x.name: {"status": _runner_status(x), "seconds": EXPERIMENT_SECONDS if x.journal
+                     else 0.0, "detail": ""}
+            for x in spec.experiments
+        }
+    (root / "run.json").write_text(json.dumps(info))
     return FixtureRun(root, spec, {x.name: T0.timestamp() + f for x, _, _, f in windows}, lost_keys)
 
 
@@ -460,4 +533,14 @@ def example_experiments() -> tuple[ExperimentFixture, ...]:
             alerts={"ActiveProgressBurnRate": 25},
         ),
         ExperimentFixture("node-pool-exhausted"),
+        # the invariants: fencing (a refused stale report), bounded retries, eligible placement
+        ExperimentFixture(
+            "agent-connectivity-loss",
+            interrupted_at_step=50,
+            resume_from_step=40,
+            stale_report=True,
+            alerts={"ActiveProgressBurnRate": 25},
+        ),
+        ExperimentFixture("registry-failure"),
+        ExperimentFixture("ineligible-fallback-region"),
     )

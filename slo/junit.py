@@ -1,5 +1,9 @@
-"""JUnit XML: one test case per objective per experiment, plus the run-level SLIs and each
-experiment's own status, so CI shows exactly which promise broke."""
+"""JUnit XML: one test case per check (the run-level SLIs, and per experiment its own outcome
+and every objective), so CI shows exactly which promise broke.
+
+fail -> <failure>; not_measured -> <error> (the experiment did not run as designed, so the
+objective was never tested; message = the reason); no_data (non-key SLI) -> <skipped>;
+warning -> passes with a note. The root carries the verdict's result and exit code."""
 
 from __future__ import annotations
 
@@ -14,7 +18,9 @@ def _case(
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
     if status == "fail":
         ET.SubElement(case, "failure", message=message, type="ObjectiveMissed").text = detail
-    elif status is None:
+    elif status == "not_measured":
+        ET.SubElement(case, "error", message=message, type="NotMeasured").text = detail
+    elif status in ("no_data", None):
         ET.SubElement(case, "skipped", message=f"no data: {message}")
     elif status == "warning":
         ET.SubElement(case, "system-out").text = f"WARNING: {message}\n{detail}"
@@ -34,22 +40,15 @@ def _detail(c: Check) -> str:
 
 def junit_xml(verdict: Verdict) -> str:
     root = ET.Element("testsuites", name=f"gameday {verdict.run_id}")
+    root.set("result", verdict.result)
+    root.set("exit_code", str(verdict.exit_code))
+    root.set("reason", verdict.reason)
     run_suite = ET.SubElement(root, "testsuite", name="slis")
     for c in verdict.checks:
         if c.experiment is None:
             _case(run_suite, "gameday.slis", c.id, c.status, c.message, _detail(c))
     for e in verdict.experiments:
         suite = ET.SubElement(root, "testsuite", name=e.name)
-        status = "pass" if e.experiment_ok else "fail"
-        msg = f"journal status {e.journal_status}" + (", deviated" if e.deviated else "")
-        _case(
-            suite,
-            f"gameday.{e.name}",
-            f"{e.name}.experiment",
-            status,
-            msg,
-            f"steady state before met: {e.steady_state_before_met}",
-        )
         for c in verdict.checks:
             if c.experiment == e.name:
                 _case(suite, f"gameday.{e.name}", c.id, c.status, c.message, _detail(c))
@@ -58,16 +57,19 @@ def junit_xml(verdict: Verdict) -> str:
         case = ET.SubElement(suite, "testcase", classname=f"gameday.{name}",
                              name=f"{name}.experiment")
         ET.SubElement(case, "skipped", message=f"not applicable to {verdict.platform}: {why}")
-    total_failures = 0
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for suite in root:
         cases = suite.findall("testcase")
-        failures = sum(1 for c in cases if c.find("failure") is not None)
-        total_failures += failures
-        suite.set("tests", str(len(cases)))
-        suite.set("failures", str(failures))
-        suite.set("errors", "0")
-        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
-    root.set("tests", str(sum(int(s.get("tests", "0")) for s in root)))
-    root.set("failures", str(total_failures))
+        counts = {
+            "tests": len(cases),
+            "failures": sum(1 for c in cases if c.find("failure") is not None),
+            "errors": sum(1 for c in cases if c.find("error") is not None),
+            "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+        }
+        for key, n in counts.items():
+            suite.set(key, str(n))
+            totals[key] += n
+    for key, n in totals.items():
+        root.set(key, str(n))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

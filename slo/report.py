@@ -35,25 +35,55 @@ def _secs(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f}s"
 
 
+def _num(v: float | None, fmt: str = "g") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
 def experiment_status(verdict: Verdict, name: str) -> str:
-    checks = [c.status for c in verdict.checks if c.experiment == name]
+    """pass / warning / fail from the experiment's checks (its own outcome is one of them);
+    not_measured when it did not run as designed: its objectives were never tested."""
     exp = next(e for e in verdict.experiments if e.name == name)
+    if not exp.measured:
+        return "not_measured"
+    checks = [c.status for c in verdict.checks if c.experiment == name]
     if "fail" in checks or not exp.experiment_ok:
         return "fail"
     return "warning" if "warning" in checks else "pass"
+
+
+def status_label(status: str | None) -> str:
+    return (status or "no_data").replace("_", " ")
+
+
+def score_text(verdict: Verdict) -> str:
+    if verdict.score is None:
+        return "no score (nothing measured)"
+    return f"score {verdict.score:.1f} over {verdict.scored_checks} measured checks"
+
+
+def headline(verdict: Verdict) -> str:
+    """The one-line summary every output shows: the result always matches the exit code."""
+    return (f"{verdict.result.upper()} {score_text(verdict)}: {verdict.reason} "
+            f"(exit {verdict.exit_code})")
+
+
+def dropped_text(verdict: Verdict) -> str:
+    if verdict.evidence_dropped is None:
+        return "not known (verdict written before v2)"
+    by_agent = ", ".join(f"{a} {n}" for a, n in verdict.evidence_dropped_by_agent.items())
+    return f"{verdict.evidence_dropped} events" + (f" ({by_agent})" if by_agent else "")
 
 
 def render_markdown(verdict: Verdict) -> str:
     lines = [
         f"# Game day {verdict.run_id}: {verdict.result.upper()}",
         "",
-        f"{verdict.reason}. Score {verdict.score:.1f}, exit code {verdict.exit_code}."
-        if verdict.score is not None
-        else f"{verdict.reason}. Exit code {verdict.exit_code}.",
+        f"**{headline(verdict)}**",
         "",
         (
             f"env `{verdict.env}`, suite `{verdict.suite}`, platform `{verdict.platform}`, "
-            f"{_when(verdict.started_at)} to {_when(verdict.ended_at)}."
+            f"{_when(verdict.started_at)} to {_when(verdict.ended_at)}. "
+            f"Dropped evidence: {dropped_text(verdict)}."
         ),
         "",
     ]
@@ -73,27 +103,37 @@ def render_markdown(verdict: Verdict) -> str:
         c = by_id.get(f"sli.{s.name}")
         burn = f"{s.burn_rate:.2f}x" if s.burn_rate is not None else "n/a"
         lines.append(
-            f"| {s.display_name}{' (key)' if s.key else ''} | {c.status if c and c.status else 'n/a'} | "
+            f"| {s.display_name}{' (key)' if s.key else ''} | {status_label(c.status if c else None)} | "
             f"{_pct(s.value)} | {_pct(s.target)} | {s.good} / {s.total} | {burn} | {_pct(s.budget_consumed)} |"
         )
+    dropped = by_id.get("evidence.dropped")
+    if dropped is not None:
+        lines += ["", f"Dropped evidence: {dropped.message} ({status_label(dropped.status)})."]
     for e in verdict.experiments:
-        lines += [
-            "",
-            f"## {e.name}: {experiment_status(verdict, e.name)}",
-            "",
-            (
+        lines += ["", f"## {e.name}: {status_label(experiment_status(verdict, e.name))}", ""]
+        runbook = (f" Runbook: [runbooks/{e.runbook}.md](runbooks/{e.runbook}.md)."
+                   if e.runbook else "")
+        if not e.measured:
+            # a missing journal's reason already quotes the runner
+            journal = (f" Journal {e.journal_status}{', deviated' if e.deviated else ''}."
+                       if e.journal_present else "")
+            runner = (f" Runner: {e.runner_status}."
+                      if e.runner_status and e.journal_present else "")
+            lines += [f"**Not measured: {e.not_measured_reason}.**{journal}{runner}{runbook}", ""]
+        else:
+            assert e.fault_start is not None and e.fault_end is not None
+            lines += [(
                 f"{e.title}. Fault `{e.fault_name}` at {_when(e.fault_start)} "
                 f"for {e.fault_end - e.fault_start:.0f}s. Journal {e.journal_status}"
-                f"{', deviated' if e.deviated else ''}. Runbook: [runbooks/{e.runbook}.md](runbooks/{e.runbook}.md)."
-            ),
-            "",
-            "| objective | measured | status |",
-            "| --- | --- | --- |",
-        ]
+                f"{', deviated' if e.deviated else ''}.{runbook}"
+            ), ""]
+        lines += ["| objective | measured | status |", "| --- | --- | --- |"]
         for c in _exp_checks(verdict, e.name):
             lines.append(
-                f"| {c.objective}{' (key)' if c.key else ''} | {c.message} | {c.status or 'n/a'} |"
+                f"| {c.objective}{' (key)' if c.key else ''} | {c.message} | {status_label(c.status)} |"
             )
+        if not e.measured:
+            continue
         auto = (
             ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(e.automation.items()) if n)
             or "none recorded"
@@ -107,8 +147,11 @@ def render_markdown(verdict: Verdict) -> str:
             f"- automation taken: {auto}",
             f"- manual decisions: {'; '.join(e.manual_decisions) or 'none'}",
             (
-                f"- data lost: {e.acknowledged_lost} acknowledged submissions, {e.checkpoint_steps_recomputed:g} "
-                f"checkpoint steps recomputed, {e.artifacts_missing} artifacts missing, "
+                f"- data lost: {e.acknowledged_lost} acknowledged submissions, "
+                f"{e.acknowledged_duplicated} duplicated, "
+                f"{e.acknowledged_matched_by_key_only or 0} answering under a new operation id, "
+                f"{_num(e.checkpoint_steps_recomputed)} checkpoint steps recomputed, "
+                f"{e.artifacts_missing} artifacts missing, "
                 f"{e.torn_checkpoints_used} torn checkpoints used"
             ),
             f"- time to accepted result: {_secs(e.time_to_accepted_result_seconds)} ({e.accepted_result_basis})",
@@ -118,6 +161,12 @@ def render_markdown(verdict: Verdict) -> str:
                 f"- alert {a.name}: "
                 + (f"fired after {_secs(a.fired_after_seconds)}" if a.fired
                    else "**silent**" if a.required else f"silent, correctly ({a.note})")
+            )
+        for inv in e.invariants:
+            lines.append(
+                f"- invariant {inv.name}: "
+                + (f"**no data** ({inv.no_data})" if inv.no_data is not None
+                   else f"{len(inv.violations)} violation(s) in {inv.judged} judged")
             )
     return "\n".join(lines) + "\n"
 
@@ -131,12 +180,13 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(["html", "j2"])
     )
     statuses = [c.status for c in verdict.checks if c.status]
+    scored = [st for st in statuses if st in ("pass", "warning", "fail")]
     windows = sorted({format_duration(s.window_seconds) for s in verdict.slis})
 
     def badge(status: str | None) -> str:
         from markupsafe import Markup
 
-        return Markup(f'<span class="badge {status or "none"}">{status or "no data"}</span>')
+        return Markup(f'<span class="badge {status or "none"}">{status_label(status)}</span>')
 
     return env.get_template("report.html.j2").render(
         v=verdict,
@@ -145,12 +195,18 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         secs=_secs,
         badge=badge,
         pass_score=f"{specs.gate.pass_score:g}",
-        counts={"pass": statuses.count("pass"), "total": len(statuses)},
+        counts={"pass": scored.count("pass"), "scored": len(scored),
+                "not_measured": statuses.count("not_measured"),
+                "no_data": statuses.count("no_data")},
+        headline=headline(verdict),
+        score_text=score_text(verdict),
+        dropped=dropped_text(verdict),
         check_by_id={c.id: c for c in verdict.checks},
         checks_by_exp={e.name: _exp_checks(verdict, e.name) for e in verdict.experiments},
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},
-        charts={e.name: timeline_svg(e) for e in verdict.experiments},
-        legends={e.name: legend_items(e) for e in verdict.experiments},
+        # no fault window, no timeline: a chart of a not-measured experiment would invent one
+        charts={e.name: timeline_svg(e) for e in verdict.experiments if e.measured},
+        legends={e.name: legend_items(e) for e in verdict.experiments if e.measured},
         window_text=", ".join(windows),
         sample_window=format_duration(specs.evaluation.sample_window_seconds),
         sample_step=format_duration(specs.evaluation.sample_interval_seconds),

@@ -1,9 +1,11 @@
 """Keptn-style gate scoring (pure): criteria strings, per-check status, weighted total.
 
 A check passes when all its pass criteria hold, else is a warning when all its warning
-criteria hold, else fails. Score = weighted mean of pass 1 / warning 0.5 / fail 0, in percent.
-A failed key check fails the gate whatever the score. Checks without data (status None)
-are left out of the score rather than counted as failures (as Krkn's score does).
+criteria hold, else fails. Score = weighted mean of pass 1 / warning 0.5 / fail 0, in percent,
+over those three statuses only. `not_measured` (the experiment did not run as designed) and
+`no_data` (a non-key SLI without events) are reported, never scored: a number for them would be
+invented. A failed key check fails the gate whatever the score, and a key check without any
+status counts as failed: missing data is not healthy.
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ class Status(str, Enum):
     PASS = "pass"
     WARNING = "warning"
     FAIL = "fail"
+    NOT_MEASURED = "not_measured"
+    NO_DATA = "no_data"
+
+    @property
+    def scored(self) -> bool:
+        return self in _SCORES
 
     @property
     def score(self) -> float:
-        return {Status.PASS: 1.0, Status.WARNING: 0.5, Status.FAIL: 0.0}[self]
+        return _SCORES[self]
+
+
+_SCORES = {Status.PASS: 1.0, Status.WARNING: 0.5, Status.FAIL: 0.0}
 
 
 _OPS = {
@@ -102,16 +113,25 @@ class GateOutcome:
     status: Status
     score: float | None
     key_failed: bool
+    scored: int = 0  # checks the score is taken over (pass, warning or fail)
+
+
+def effective_status(check: Scored) -> Status:
+    """A key check that carries no status is a failure (fail closed); a non-key one is no data."""
+    if check.status is None:
+        return Status.FAIL if check.key else Status.NO_DATA
+    return check.status
 
 
 def gate_outcome(checks: Iterable[Scored], pass_score: float, warning_score: float) -> GateOutcome:
-    items = [c for c in checks if c.status is not None]
-    key_failed = any(c.key and c.status is Status.FAIL for c in items)
-    total_weight = sum(c.weight for c in items)
+    items = [(effective_status(c), c) for c in checks]
+    items = [(s, c) for s, c in items if s.scored]
+    key_failed = any(c.key and s is Status.FAIL for s, c in items)
+    total_weight = sum(c.weight for _, c in items)
     if total_weight <= 0:
         # nothing measurable: a gate with no evidence must not pass
-        return GateOutcome(Status.FAIL, None, key_failed)
-    raw = 100.0 * sum(c.weight * c.status.score for c in items if c.status) / total_weight
+        return GateOutcome(Status.FAIL, None, key_failed, len(items))
+    raw = 100.0 * sum(c.weight * s.score for s, c in items) / total_weight
     score = round(raw, 6)  # 89.9999999 must not fail a 90 threshold
     if key_failed or score < warning_score:
         status = Status.FAIL
@@ -119,4 +139,4 @@ def gate_outcome(checks: Iterable[Scored], pass_score: float, warning_score: flo
         status = Status.WARNING
     else:
         status = Status.PASS
-    return GateOutcome(status, score, key_failed)
+    return GateOutcome(status, score, key_failed, len(items))

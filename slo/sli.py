@@ -78,16 +78,24 @@ def api_availability(requests: Iterable[RequestRecord]) -> list[Outcome]:
 class DurabilityAudit:
     outcomes: tuple[Outcome, ...]
     missing: tuple[str, ...]  # idempotency keys acknowledged but not in the store
-    duplicated: tuple[str, ...]  # acknowledged keys stored more than once
+    # acknowledged keys stored more than once, or acknowledged under two different operation
+    # ids (the same key created a new operation)
+    duplicated: tuple[str, ...]
+    # keys whose acknowledged operation id is not in the store while the key is: the platform
+    # answers for that submission under a new id
+    matched_by_key_only: tuple[str, ...] = ()
 
 
 def submission_durability(
     ledger: Iterable[LedgerEntry], operations: Iterable[Operation]
 ) -> DurabilityAudit:
-    """Each acknowledged (project, idempotency key) must exist exactly once in the store.
+    """Each acknowledged (project, idempotency key) must exist exactly once in the store, under
+    the operation id it was acknowledged with.
 
     The ledger may hold the same key twice (a client retry answered 200 with the same
-    operation); that is one submission. Matching is by operation id, then by key."""
+    operation); that is one submission. The same key acknowledged with two different operation
+    ids is a duplicate even if the store kept only one of them. Matching is by key, then by
+    operation id when the store lacks the key."""
     by_id: dict[str, Operation] = {}
     per_key: dict[tuple[str, str], int] = {}
     for op in operations:
@@ -96,21 +104,28 @@ def submission_durability(
             k = (op.project, op.idempotency_key)
             per_key[k] = per_key.get(k, 0) + 1
     first_ack: dict[tuple[str, str], LedgerEntry] = {}
+    acked_ids: dict[tuple[str, str], set[str]] = {}
     for entry in ledger:
         k = (entry.project, entry.idempotency_key)
+        acked_ids.setdefault(k, set()).add(entry.operation_id)
         if k not in first_ack or entry.acked_at < first_ack[k].acked_at:
             first_ack[k] = entry
-    outcomes, missing, duplicated = [], [], []
+    outcomes, missing, duplicated, by_key_only = [], [], [], []
     for k, entry in sorted(first_ack.items(), key=lambda kv: kv[1].acked_at):
+        ids = acked_ids[k]
         stored = per_key.get(k, 0)
-        if stored == 0 and entry.operation_id in by_id:
-            stored = 1  # store lost the key column but kept the operation: still present
+        if stored == 0:
+            # the store lost the key column but kept the operation(s): still present
+            stored = len(ids.intersection(by_id))
+        elif not ids.issubset(by_id):
+            by_key_only.append(entry.idempotency_key)
         if stored == 0:
             missing.append(entry.idempotency_key)
-        elif stored > 1:
+        elif stored > 1 or len(ids) > 1:
             duplicated.append(entry.idempotency_key)
-        outcomes.append(Outcome(ts(entry.acked_at), stored == 1, entry.idempotency_key))
-    return DurabilityAudit(tuple(outcomes), tuple(missing), tuple(duplicated))
+        good = stored == 1 and len(ids) == 1
+        outcomes.append(Outcome(ts(entry.acked_at), good, entry.idempotency_key))
+    return DurabilityAudit(tuple(outcomes), tuple(missing), tuple(duplicated), tuple(by_key_only))
 
 
 def _passes(value: float, op: str, threshold: float) -> bool:
@@ -431,27 +446,21 @@ def recovery_time(
     target: float,
     fault_start: float,
     hold: int,
-    breach_until: float = math.inf,
+    horizon: float = math.inf,
 ) -> float | None:
-    """Seconds from fault start until the SLI is back within objective and stays there for
-    `hold` consecutive samples with data. 0 when it did not breach by `breach_until` (a later
-    breach is not this fault's doing); None when it never came back."""
-    breach = first_breach(times, values, target, fault_start, breach_until)
-    if breach is None:
+    """Seconds from fault start until the SLI is back within objective for good: the first
+    sample of the final good run in [fault_start, horizon] that holds `hold` samples with data
+    and is not followed by another breach before the horizon. 0 when it never breached in that
+    span. None when it is still breached at the horizon, or came back too late to hold: a
+    breach that starts long after the fault (work stuck for good) must not read as recovered."""
+    seen = [(t, v) for t, v in zip(times, values) if fault_start <= t <= horizon and v is not None]
+    last_breach = max((i for i, (_, v) in enumerate(seen) if v < target), default=None)
+    if last_breach is None:
         return 0.0
-    run_start: float | None = None
-    run = 0
-    for t, v in zip(times, values):
-        if t <= breach or v is None:
-            continue
-        if v >= target:
-            run_start = t if run == 0 else run_start
-            run += 1
-            if run >= hold and run_start is not None:
-                return run_start - fault_start
-        else:
-            run, run_start = 0, None
-    return None
+    good_run = seen[last_breach + 1 :]
+    if len(good_run) < hold:
+        return None
+    return good_run[0][0] - fault_start
 
 
 # --------------------------------------------------------------------------- experiment data

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA = "gameday.verdict/v1"
-StatusName = Literal["pass", "warning", "fail"]
+SCHEMA = "gameday.verdict/v2"
+# pass/warning/fail are scored; not_measured (the experiment did not run as designed) and
+# no_data (a non-key SLI without events) are reported only (slo/scoring.py)
+StatusName = Literal["pass", "warning", "fail", "not_measured", "no_data"]
+# "error": expected evidence is missing, the verdict cannot be trusted (exit 3)
+ResultName = Literal["pass", "warning", "fail", "error"]
 
 
 class _M(BaseModel):
@@ -23,7 +27,7 @@ class Check(_M):
     objective: str
     measured: float | None
     expected: str
-    status: StatusName | None
+    status: StatusName | None  # None only in verdicts written before v2
     weight: float
     key: bool
     message: str
@@ -61,6 +65,8 @@ class SliWindow(_M):
     budget_consumed: float | None
     breached_at: float | None
     recovery_seconds: float | None
+    # False: no sample with data between fault start and the horizon (no recovery to judge)
+    has_data: bool = True
     series: list[tuple[float, float | None]]
 
 
@@ -75,42 +81,66 @@ class AlertResult(_M):
     note: str | None = None
 
 
-class ExperimentResult(_M):
+class InvariantOutcome(_M):
+    """One invariant judged over one experiment (slo/invariants.py)."""
+
     name: str
-    title: str
-    failure_class: str
-    runbook: str
-    journal_status: str
-    deviated: bool
-    steady_state_before_met: bool | None
-    experiment_ok: bool
+    judged: int
+    violations: list[str] = Field(default_factory=list)
+    no_data: str | None = None  # why nothing was judged (the check then fails)
+
+
+class ExperimentResult(_M):
+    """One expected experiment. Everything measured is None unless `measured`: an experiment
+    whose journal is missing, whose steady state was broken before the method or that recorded
+    no fault has no fault window, so no number about it would be true."""
+
+    name: str
+    measured: bool = True
+    not_measured_reason: str | None = None
+    journal_present: bool = True
+    runner_status: str | None = None  # run.json experiment_status, when the runner wrote it
+    runner_detail: str | None = None
+    title: str | None = None
+    failure_class: str | None = None
+    runbook: str | None = None
+    journal_status: str | None = None
+    deviated: bool = False
+    steady_state_before_met: bool | None = None
+    experiment_ok: bool = False
     blast_radius: Any = None
-    start: float
-    end: float
-    fault_name: str | None
-    fault_start: float
-    fault_end: float
-    fault_source: str
-    rto_seconds: float
-    detection_seconds: float | None
-    detected_by: str | None
-    recovery_seconds: float | None
-    requests: int
-    failed_requests: int
-    slow_requests: int
-    automation: dict[str, int]
-    manual_decisions: list[str]
-    acknowledged_lost: int
-    acknowledged_duplicated: int
-    checkpoint_steps_recomputed: float
-    checkpoint_intervals_lost: float | None
-    torn_checkpoints_used: int
-    artifacts_missing: int
-    time_to_accepted_result_seconds: float | None
-    accepted_result_basis: str
-    slis: list[SliWindow]
-    alerts: list[AlertResult]
-    findings: list[str]
+    start: float | None = None
+    end: float | None = None
+    fault_name: str | None = None
+    fault_start: float | None = None
+    fault_end: float | None = None
+    fault_source: str | None = None
+    rto_seconds: float | None = None
+    expected_alerts: list[str] = Field(default_factory=list)
+    detection_seconds: float | None = None
+    detected_by: str | None = None
+    recovery_seconds: float | None = None
+    # recovery SLIs without any data in the experiment window (left out of the recovery)
+    recovery_no_data: list[str] = Field(default_factory=list)
+    requests: int | None = None
+    failed_requests: int | None = None
+    slow_requests: int | None = None
+    automation: dict[str, int] = Field(default_factory=dict)
+    manual_decisions: list[str] = Field(default_factory=list)
+    acknowledged_lost: int | None = None
+    acknowledged_duplicated: int | None = None
+    # acknowledged under an id the store does not have, found by key: answered under a new id
+    acknowledged_matched_by_key_only: int | None = None
+    checkpoint_steps_recomputed: float | None = None
+    checkpoint_intervals_lost: float | None = None
+    torn_checkpoints_used: int | None = None
+    artifacts_missing: int | None = None
+    time_to_accepted_result_seconds: float | None = None
+    accepted_result_basis: str | None = None
+    slis: list[SliWindow] = Field(default_factory=list)
+    alerts: list[AlertResult] = Field(default_factory=list)
+    invariants: list[InvariantOutcome] = Field(default_factory=list)
+    findings: list[str] = Field(default_factory=list)
 
 
 class Verdict(_M):
@@ -121,8 +151,10 @@ class Verdict(_M):
     platform: str
     started_at: float
     ended_at: float
-    result: StatusName
+    result: ResultName
     score: float | None
+    # checks the score is taken over (pass, warning, fail); the rest are reported only
+    scored_checks: int = 0
     key_failed: bool
     exit_code: int
     reason: str
@@ -132,8 +164,28 @@ class Verdict(_M):
     findings: list[str]
     baseline_runs: list[str] = Field(default_factory=list)
     not_applicable: dict[str, str] = Field(default_factory=dict)
+    # events agents report they dropped before delivery (slo/dropped.py); None in old verdicts
+    evidence_dropped: int | None = None
+    evidence_dropped_by_agent: dict[str, int] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v1(cls, data: Any) -> Any:
+        """v1 verdicts could say "pass" above a non-zero exit code and had no scored count;
+        read back (baselines, re-rendered reports), they say what their exit code meant."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        code = data.get("exit_code")
+        if isinstance(code, int) and code != 0 and data.get("result") in ("pass", "warning"):
+            data["result"] = "error" if code == 3 else "fail"
+        if "scored_checks" not in data:
+            data["scored_checks"] = sum(
+                1 for c in data.get("checks") or []
+                if isinstance(c, dict) and c.get("status") in ("pass", "warning", "fail"))
+        return data
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)

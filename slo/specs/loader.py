@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from slo.durations import parse_duration
+from slo.invariants import KNOWN_INVARIANTS
 from slo.metrics import METRICS
 from slo.specs.model import (
     ENVIRONMENTS,
@@ -427,6 +428,7 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
             "expectedAlerts",
             "runbook",
             "slos",
+            "invariants",
             "backupRetentionDays",
             "scope",
         },
@@ -456,10 +458,16 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
         )
     rpo = doc.build(Rpo, rpo_data, {k: "spec.rpo." + _camel(k) for k in rpo_data})
     meta = doc.mapping("metadata")
-    for list_field in ("expectedAlerts", "slos"):
+    for list_field in ("expectedAlerts", "slos", "invariants"):
         value = spec.get(list_field, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise doc.error(f"spec.{list_field}", "must be a list of strings")
+    for i, name in enumerate(spec.get("invariants", [])):
+        if name not in KNOWN_INVARIANTS:
+            raise doc.error(
+                f"spec.invariants[{i}]",
+                f"unknown invariant {name!r} (known: {', '.join(KNOWN_INVARIANTS)})",
+            )
     ro = doc.build(
         RecoveryObjective,
         {
@@ -472,6 +480,7 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
             "expected_alerts": list(spec.get("expectedAlerts", [])),
             "runbook": spec.get("runbook", fc),
             "slos": list(spec.get("slos", [])),
+            "invariants": list(dict.fromkeys(spec.get("invariants", []))),
             "backup_retention_days": spec.get("backupRetentionDays"),
             "scope": spec.get("scope"),
             "source": doc.file,
@@ -518,6 +527,8 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "weightRto": "weight_rto",
             "weightRpo": "weight_rpo",
             "weightAlert": "weight_alert",
+            "weightInvariant": "weight_invariant",
+            "weightExperiment": "weight_experiment",
             "relativeTolerancePercent": "relative_tolerance_percent",
         },
     ),

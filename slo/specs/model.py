@@ -135,6 +135,8 @@ class RecoveryObjective(_Frozen):
     expected_alerts: list[str] = Field(default_factory=list)
     runbook: str
     slos: list[str] = Field(default_factory=list)
+    # per-experiment key checks judged on evidence records (names: slo/invariants.py)
+    invariants: list[str] = Field(default_factory=list)
     backup_retention_days: int | None = Field(default=None, ge=1)
     scope: Literal["zone", "region"] | None = None
     source: str = ""
@@ -175,6 +177,9 @@ class GateSettings(_Frozen):
     weight_rto: float = Field(default=2.0, ge=0)
     weight_rpo: float = Field(default=3.0, ge=0)
     weight_alert: float = Field(default=1.0, ge=0)
+    weight_invariant: float = Field(default=3.0, ge=0)
+    # the experiment's own outcome (journal completed, not deviated); not key: exit 1, not 2
+    weight_experiment: float = Field(default=1.0, ge=0)
     # relative criteria vs the last N passing runs: durations may grow by this much
     relative_tolerance_percent: float = Field(default=20.0, ge=0)
 

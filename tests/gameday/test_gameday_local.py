@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -72,6 +72,11 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
         assert down.returncode in (0, 1), down.stdout + down.stderr
 
 
+def _epoch(text: str) -> float:
+    t = datetime.fromisoformat(text)  # Chaos Toolkit writes naive UTC
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
 def _journal(run_dir: Path, name: str) -> dict:
     return json.loads((run_dir / "experiments" / name / "journal.json").read_text())
 
@@ -101,11 +106,9 @@ def test_core_suite_from_a_fresh_clone_passes_with_every_experiment_measured(
         assert all(rb["status"] == "succeeded" for rb in j["rollbacks"]), name
         e = results[name]
         assert e["fault_source"] == "faults.jsonl", (name, e["fault_source"])
-        start, end = datetime.fromisoformat(j["start"]).timestamp(), \
-            datetime.fromisoformat(j["end"]).timestamp()
-        assert any(f["event"] == "fault_start" and
-                   start <= datetime.fromisoformat(f["time"].replace("Z", "+00:00")).timestamp()
-                   <= end + 1 for f in faults), f"{name}: no fault on the timeline"
+        start, end = _epoch(j["start"]), _epoch(j["end"])
+        assert any(f["event"] == "fault_start" and start <= _epoch(f["time"]) <= end
+                   for f in faults), f"{name}: no fault on the timeline"
         assert e["recovery_seconds"] is not None, name
         assert e["recovery_seconds"] <= e["rto_seconds"], name
     for c in verdict["checks"]:

@@ -114,7 +114,12 @@ def test_silent_alert_is_correct_when_its_slo_was_never_breached(make_run) -> No
 def test_deviated_experiment_exits_1(make_run) -> None:
     run = make_run(ExperimentFixture("api-replica-loss", deviated=True))
     verdict = evaluate_run(run.path)
-    assert verdict.result == "pass" and verdict.exit_code == EXIT_EXPERIMENT
+    # never "pass" above a non-zero exit code
+    assert verdict.result == "fail" and verdict.exit_code == EXIT_EXPERIMENT
+    check = _check(verdict, "api-replica-loss.experiment")
+    assert check.status == "fail" and "deviated" in check.message and not check.key
+    assert "experiment(s) failed: api-replica-loss (journal status completed, deviated)" in (
+        verdict.reason)
 
 
 @pytest.mark.parametrize(("at_step", "resume"), [(50, 40), (70, 60), (55, 20)])
@@ -296,7 +301,8 @@ def test_side_by_side_comparison_of_two_runs(make_run) -> None:
     from slo.compare import comparison_rows, load_verdicts
     from slo.report import write_reports
 
-    good = make_run(ExperimentFixture("api-replica-loss"))
+    good = make_run(ExperimentFixture("api-replica-loss"),
+                    ExperimentFixture("db-primary-loss", steady_state_before=False))
     bad = make_run(ExperimentFixture("api-replica-loss", lost_acks=3))
     for run, platform in ((good, "controlplane"), (bad, "prefect")):
         info = json.loads((run.path / "run.json").read_text())
@@ -309,7 +315,10 @@ def test_side_by_side_comparison_of_two_runs(make_run) -> None:
     assert rows["experiment api-replica-loss"][0].endswith("0 acks lost")
     assert rows["experiment api-replica-loss"][1].endswith("3 acks lost")
     assert rows["experiment registry-failure"] == ["not run", "not applicable: no image pull"]
-    assert rows["gate"][0].startswith("pass") and rows["gate"][1].startswith("fail")
+    assert rows["experiment db-primary-loss"] == [
+        "not measured: steady state not met before the method", "not run"]
+    assert rows["gate"][0].startswith("fail") and rows["gate"][0].endswith("exit 1)")
+    assert rows["gate"][1].startswith("fail") and rows["gate"][1].endswith("exit 2)")
     out = CliRunner().invoke(main_cli(), ["slo", "compare", str(good.path), str(bad.path)])
     assert out.exit_code == 0 and "| SLI submission-durability |" in out.output
 

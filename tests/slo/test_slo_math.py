@@ -109,6 +109,36 @@ def test_durability_counts_missing_and_duplicated(n: int, data: st.DataObject) -
     assert set(audit.missing) == lost and set(audit.duplicated) == dup
 
 
+def _ack(key: str, op_id: str, second: int = 0) -> LedgerEntry:
+    return LedgerEntry(operation_id=op_id, idempotency_key=key, project="p",
+                       acked_at=T0 + timedelta(seconds=second))
+
+
+def _op(op_id: str, key: str | None) -> Operation:
+    return Operation(id=op_id, project="p", state="succeeded", idempotency_key=key,
+                     created_at=T0)
+
+
+def test_same_key_acknowledged_under_two_operation_ids_is_duplicated() -> None:
+    # the retry created a new operation: the store holds one, the client was told two ids
+    audit = sli.submission_durability(
+        [_ack("k1", "op-a", 0), _ack("k1", "op-b", 1), _ack("k2", "op-c", 2)],
+        [_op("op-b", "k1"), _op("op-c", "k2")],
+    )
+    assert audit.duplicated == ("k1",) and audit.missing == ()
+    assert audit.matched_by_key_only == ("k1",)
+    assert [o.good for o in audit.outcomes] == [False, True]
+
+
+def test_ack_answered_under_a_new_id_is_matched_by_key_only() -> None:
+    audit = sli.submission_durability([_ack("k1", "op-old")], [_op("op-new", "k1")])
+    assert audit.matched_by_key_only == ("k1",)
+    assert audit.duplicated == () and audit.missing == ()  # stored once: still durable
+    # the store lost the key column but kept the acknowledged operation: present, not by key
+    audit = sli.submission_durability([_ack("k1", "op-1")], [_op("op-1", None)])
+    assert audit.missing == () and audit.matched_by_key_only == ()
+
+
 outcome_lists = st.lists(
     st.builds(sli.Outcome, time=st.floats(min_value=0, max_value=1000), good=st.booleans()),
     max_size=200,
@@ -127,26 +157,69 @@ def test_rolling_ratio_is_a_share_of_the_window(outcomes: list[sli.Outcome], win
             assert v is not None and abs(v - sum(o.good for o in inside) / len(inside)) < 1e-12
 
 
+series = st.lists(
+    st.one_of(st.none(), st.floats(min_value=0, max_value=1)), min_size=1, max_size=80
+)
+
+
 @given(
-    values=st.lists(
-        st.one_of(st.none(), st.floats(min_value=0, max_value=1)), min_size=1, max_size=80
-    ),
+    values=series,
     target=st.floats(min_value=0.5, max_value=0.999),
     hold=st.integers(min_value=1, max_value=5),
+    fault=st.integers(min_value=0, max_value=20),
+    horizon=st.integers(min_value=0, max_value=90),
 )
-def test_recovery_time_holds_for_n_samples(
-    values: list[float | None], target: float, hold: int
+def test_recovery_is_the_final_good_run_before_the_horizon(
+    values: list[float | None], target: float, hold: int, fault: int, horizon: int
 ) -> None:
     times = [float(i) for i in range(len(values))]
-    rec = sli.recovery_time(times, values, target, 0.0, hold)
-    breach = sli.first_breach(times, values, target, 0.0)
-    if breach is None:
+    rec = sli.recovery_time(times, values, target, float(fault), hold, float(horizon))
+    seen = [(t, v) for t, v in zip(times, values) if fault <= t <= horizon and v is not None]
+    bad = [t for t, v in seen if v < target]
+    if not bad:
         assert rec == 0.0
-    elif rec is not None:
-        i = int(rec)
-        assert rec > breach
-        window = [v for v in values[i:] if v is not None][:hold]
-        assert len(window) == hold and all(v >= target for v in window)
+    elif rec is None:
+        # still breached at the horizon, or back too late to hold
+        assert sum(1 for t, _ in seen if t > bad[-1]) < hold
+    else:
+        back = fault + rec
+        assert back > bad[-1]  # no breach after it before the horizon
+        assert all(v >= target for t, v in seen if t >= back)
+        assert sum(1 for t, _ in seen if t >= back) >= hold
+        # it is the first good sample after the last breach
+        assert not [t for t, _ in seen if bad[-1] < t < back]
+
+
+@given(values=series, target=st.floats(min_value=0.5, max_value=0.999),
+       hold=st.integers(min_value=1, max_value=5))
+def test_a_breach_at_the_horizon_is_never_a_recovery(
+    values: list[float | None], target: float, hold: int
+) -> None:
+    times = [float(i) for i in range(len(values) + 1)]
+    stuck = [*values, 0.0]  # the last sample before the horizon is a breach
+    assert sli.recovery_time(times, stuck, target, 0.0, hold, times[-1]) is None
+
+
+def test_stuck_for_good_after_the_fault_never_recovered() -> None:
+    # fault at 10 for 10 s: fine throughout, then broken from 40 to the horizon at 60
+    times = [float(t) for t in range(0, 65, 5)]
+    values = [1.0 if t < 40 else 0.5 for t in times]
+    assert sli.recovery_time(times, values, 0.99, 10.0, 3, 60.0) is None
+    # the old "until fault end + one window" cut-off would have called this 0 s
+    assert sli.first_breach(times, values, 0.99, 10.0, 20.0 + 10.0) is None
+
+
+def test_recovery_counts_from_the_last_breach_not_the_first_good_run() -> None:
+    times = [float(t) for t in range(0, 105, 5)]
+    values = [1.0] * len(times)
+    for t in (15, 20, 55):  # outage, a held recovery at 25, then broken again at 55
+        values[times.index(float(t))] = 0.0
+    assert sli.recovery_time(times, values, 0.99, 10.0, 3, 100.0) == 60.0 - 10.0
+    # a breach after the horizon belongs to whatever comes next
+    assert sli.recovery_time(times, values, 0.99, 10.0, 3, 50.0) == 25.0 - 10.0
+    assert sli.recovery_time(times, [1.0] * len(times), 0.99, 10.0, 3, 100.0) == 0.0
+    # back, but not held for three samples before the horizon
+    assert sli.recovery_time(times, values, 0.99, 10.0, 3, 65.0) is None
 
 
 @given(
@@ -161,7 +234,8 @@ def test_criteria_absolute_and_relative(value: float, limit: float, pct: float) 
     assert rel.holds(value, limit) == (value <= limit + limit * pct / 100)
 
 
-statuses = st.sampled_from([Status.PASS, Status.WARNING, Status.FAIL, None])
+statuses = st.sampled_from(
+    [Status.PASS, Status.WARNING, Status.FAIL, Status.NOT_MEASURED, Status.NO_DATA, None])
 scored = st.builds(
     Scored, status=statuses, weight=st.floats(min_value=0.1, max_value=10), key=st.booleans()
 )
@@ -203,3 +277,20 @@ def test_check_status_warning_band(value: float, limit: float) -> None:
     )
     assert status is expected
     assert check_status(None, [Criterion.parse("<=1")]) is None
+
+
+@given(checks=st.lists(scored, max_size=30))
+def test_only_pass_warning_fail_are_scored(checks: list[Scored]) -> None:
+    outcome = gate_outcome(checks, 90, 75)
+    scored = [c for c in checks if c.status in (Status.PASS, Status.WARNING, Status.FAIL)
+              or (c.status is None and c.key)]
+    assert outcome.scored == len(scored)
+    # reported-only statuses never change the score
+    extra = [Scored(Status.NOT_MEASURED, 5.0, True), Scored(Status.NO_DATA, 5.0, False)]
+    assert gate_outcome(checks + extra, 90, 75) == outcome
+
+
+def test_a_key_check_without_status_fails_the_gate_and_a_non_key_one_is_no_data() -> None:
+    assert gate_outcome([Scored(None, 1.0, True)], 90, 75).status is Status.FAIL
+    non_key = gate_outcome([Scored(None, 1.0, False), Scored(Status.PASS, 1.0, False)], 90, 75)
+    assert non_key.status is Status.PASS and non_key.scored == 1

@@ -31,13 +31,14 @@ def test_junit_has_one_case_per_objective_per_experiment(reported) -> None:
     verdict, paths = reported
     root = ET.parse(paths["junit.xml"]).getroot()
     cases = root.findall(".//testcase")
-    # every check, plus one "experiment completed" case per experiment
-    assert len(cases) == len(verdict.checks) + len(verdict.experiments)
+    # every check, the experiment's own outcome ("<name>.experiment") being one of them
+    assert len(cases) == len(verdict.checks)
+    assert {f"{e.name}.experiment" for e in verdict.experiments} <= {c.get("name") for c in cases}
     assert int(root.get("tests")) == len(cases)
     failed = {c.get("name") for c in cases if c.find("failure") is not None}
     expected = {c.id for c in verdict.checks if c.status == "fail"}
-    expected |= {f"{e.name}.experiment" for e in verdict.experiments if not e.experiment_ok}
     assert failed == expected and failed
+    assert root.get("result") == verdict.result and root.get("exit_code") == str(verdict.exit_code)
     suites = {s.get("name") for s in root.findall("testsuite")}
     assert suites == {"slis", *(e.name for e in verdict.experiments)}
 
@@ -117,3 +118,62 @@ def test_reports_can_be_rerendered_from_verdict_json(reported) -> None:
     result = CliRunner().invoke(slo_group, ["report", str(paths["verdict.json"].parent)])
     assert result.exit_code == 0, result.output
     assert paths["report.md"].read_text() == before
+
+
+def test_all_five_outputs_agree_for_a_not_measured_run(make_run, tmp_path: Path) -> None:
+    """CLI headline, verdict.json, junit.xml, report.md and report.html of a run whose only
+    experiment never injected its fault: none may say PASS, all carry exit code 1."""
+    import html as html_lib
+    import json
+
+    from click.testing import CliRunner
+
+    from slo.cli import evaluate_cmd
+    from slo.fixtures import ExperimentFixture
+    from slo.report import headline
+
+    run = make_run(ExperimentFixture("api-replica-loss", steady_state_before=False))
+    result = CliRunner().invoke(evaluate_cmd, [str(run.path)], env={"COLUMNS": "250"})
+    verdict_json = json.loads((run.path / "verdict.json").read_text())
+    from slo.verdict import Verdict
+
+    verdict = Verdict.model_validate(verdict_json)
+    code = verdict.exit_code
+    assert code == result.exit_code == 1
+    assert verdict.result == "fail" and verdict_json["result"] == "fail"
+    line = headline(verdict)
+    assert line.startswith("FAIL ") and line.endswith("(exit 1)")
+    assert "not measured: api-replica-loss (steady state not met before the method)" in line
+
+    cli = " ".join(result.output.split())
+    junit = ET.parse(run.path / "junit.xml").getroot()
+    md = (run.path / "report.md").read_text()
+    page = html_lib.unescape((run.path / "report.html").read_text())
+    for name, text in (("cli", cli), ("junit", ET.tostring(junit, encoding="unicode")),
+                       ("report.md", md), ("report.html", page)):
+        assert "PASS" not in text, name
+    assert line in cli and line in md and line in page
+    assert md.splitlines()[0].endswith(": FAIL")
+    assert "<title>Game day fixture-7: FAIL</title>" in page
+    assert junit.get("result") == "fail" and junit.get("exit_code") == "1"
+    # every objective of the experiment is an <error> (not measured), none a pass
+    errors = {c.get("name") for c in junit.iter("testcase") if c.find("error") is not None}
+    assert errors == {c.id for c in verdict.checks if c.experiment == "api-replica-loss"}
+    assert int(junit.get("errors")) == len(errors)
+
+
+def test_v1_verdicts_read_back_never_say_pass_above_a_non_zero_exit(reported) -> None:
+    import json
+
+    from slo.report import headline
+    from slo.verdict import Verdict
+
+    verdict, paths = reported
+    v1 = json.loads(paths["verdict.json"].read_text())
+    v1.update(schema="gameday.verdict/v1", result="pass", exit_code=1)
+    del v1["scored_checks"]
+    old = Verdict.model_validate(v1)
+    assert old.result == "fail" and old.scored_checks == verdict.scored_checks > 0
+    assert headline(old).startswith("FAIL ")
+    v1.update(result="warning", exit_code=3)
+    assert Verdict.model_validate(v1).result == "error"

@@ -99,6 +99,19 @@ def _edit(path: Path, old: str, new: str) -> None:
             ["registry-failure", "spec.runbok", "unknown field"],
         ),
         (
+            "recovery/agent-connectivity-loss.yaml",
+            "invariants: [fencing]",
+            "invariants: [fencing, fenceing]",
+            ["recovery/agent-connectivity-loss.yaml", "'agent-connectivity-loss'",
+             "spec.invariants[1]", "unknown invariant 'fenceing'", "bounded-retries"],
+        ),
+        (
+            "recovery/registry-failure.yaml",
+            "invariants: [bounded-retries]",
+            "invariants: bounded-retries",
+            ["registry-failure", "spec.invariants", "must be a list of strings"],
+        ),
+        (
             "openslo/queue-age.yaml",
             "target: 0.99,",
             "target: 1.5,",
@@ -146,3 +159,11 @@ def test_broken_yaml_and_unknown_env(spec_copy: Path) -> None:
         load_specs(env="prod", spec_dir=spec_copy)
     with pytest.raises(SpecError, match="unknown environment 'qa'"):
         load_specs(env="qa")
+
+
+def test_invariants_are_wired_to_their_failure_classes() -> None:
+    ros = load_specs(env="local").recovery_objectives
+    assert ros["agent-connectivity-loss"].invariants == ["fencing"]
+    assert ros["registry-failure"].invariants == ["bounded-retries"]
+    assert ros["ineligible-fallback-region"].invariants == ["eligible-placement"]
+    assert ros["api-replica-loss"].invariants == []

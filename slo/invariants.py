@@ -1,0 +1,165 @@
+"""Per-experiment invariants (pure): promises a failure class makes that must hold whatever the
+SLIs say, judged on evidence records scoped to one experiment's [fault start, horizon].
+
+Each returns how many subjects it judged and the violations; when it had nothing to judge it
+says why (`no_data`), because an experiment that never exercised what it claims to test has
+not shown that the promise holds. Names are what RecoveryObjective `invariants:` may list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from slo.evidence import AgentRecord, Attempt, Event, Evidence, Operation
+from slo.sli import group_by, ts
+
+# events an agent may still send about an attempt whose lease it lost: the platform's refusal
+FENCED_KINDS_ALLOWED = frozenset({"stale_report_refused"})
+AGENT_ACTOR_PREFIX = "agent:"
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    name: str
+    judged: int  # subjects judged (attempts or operations)
+    violations: tuple[str, ...] = ()
+    no_data: str | None = None  # why there was nothing to judge
+
+
+def _id_key(value: str | int | None) -> tuple[int, int, str]:
+    # event ids are integers (serial) on some platforms, strings on others
+    if isinstance(value, int):
+        return (0, value, "")
+    return (1, 0, "" if value is None else str(value))
+
+
+def _order(e: Event) -> tuple[float, tuple[int, int, str]]:
+    return (ts(e.time), _id_key(e.id))
+
+
+def _when(e: Event) -> str:
+    return e.time.strftime("%H:%M:%S")
+
+
+def fencing(
+    attempts: Iterable[Attempt], events: Iterable[Event], start: float, end: float
+) -> InvariantResult:
+    """After an attempt's lease expired (a `lease_expired` event in the window), no agent may
+    be recorded acting for it except to be refused, and it must never end up succeeded."""
+    ordered = sorted((e for e in events if e.attempt_id), key=_order)
+    lost_at: dict[str, int] = {}
+    for i, e in enumerate(ordered):
+        if e.kind == "lease_expired" and start <= ts(e.time) <= end:
+            lost_at.setdefault(str(e.attempt_id), i)
+    if not lost_at:
+        return InvariantResult(
+            "fencing", 0, no_data="no lease expired in the experiment window "
+            "(no lease_expired event with an attempt_id)")
+    violations = []
+    for i, e in enumerate(ordered):
+        attempt = str(e.attempt_id)
+        first = lost_at.get(attempt)
+        if first is None or i <= first:
+            continue
+        actor = e.actor or ""
+        if actor.startswith(AGENT_ACTOR_PREFIX) and e.kind not in FENCED_KINDS_ALLOWED:
+            violations.append(f"attempt {attempt}: {e.kind} by {actor} at {_when(e)} "
+                              "after its lease expired")
+        elif e.to_state == "succeeded":
+            violations.append(f"attempt {attempt}: marked succeeded at {_when(e)} "
+                              "after its lease expired")
+    for a in attempts:
+        if a.id in lost_at and a.state == "succeeded":
+            violations.append(f"attempt {a.id}: lost its lease but is succeeded in the snapshot")
+    return InvariantResult("fencing", len(lost_at), tuple(violations))
+
+
+def _attempts_in(attempts: Iterable[Attempt], start: float, end: float) -> list[Attempt]:
+    return [a for a in attempts if start <= ts(a.created_at) <= end]
+
+
+def bounded_retries(
+    operations: Iterable[Operation], attempts: Sequence[Attempt], start: float, end: float
+) -> InvariantResult:
+    """Attempts per operation <= 1 + its max_retries, for operations with an attempt created
+    in the window (all of the operation's attempts count)."""
+    scope = {a.operation_id for a in _attempts_in(attempts, start, end)}
+    by_op = group_by(attempts, "operation_id")
+    in_scope = [op for op in operations if op.id in scope]
+    if not in_scope:
+        return InvariantResult("bounded-retries", 0,
+                               no_data="no operation had an attempt created in the window")
+    judged = [op for op in in_scope if op.max_retries is not None]
+    if not judged:
+        return InvariantResult(
+            "bounded-retries", 0, no_data=f"none of the {len(in_scope)} operations in the window "
+            "records max_retries (snapshot/operations.jsonl)")
+    violations = []
+    for op in judged:
+        assert op.max_retries is not None
+        n = len(by_op.get(op.id, []))
+        if n > 1 + op.max_retries:
+            violations.append(f"operation {op.id}: {n} attempts, at most "
+                              f"{1 + op.max_retries} allowed (max_retries {op.max_retries})")
+    return InvariantResult("bounded-retries", len(judged), tuple(violations))
+
+
+def placement_violation(op: Operation, agent: AgentRecord | None, agent_name: str | None) -> (
+        str | None):
+    """Why `agent` may not run `op` under its hard constraints, or None when it may."""
+    if agent is None:
+        return f"agent {agent_name!r} is not in snapshot/agents.jsonl"
+    placement, resources = op.placement, op.resources
+    if placement is not None and placement.regions and agent.region not in placement.regions:
+        return (f"agent {agent.name} is in region {agent.region!r}, operation allows "
+                f"{', '.join(placement.regions)}")
+    if placement is not None and placement.dataset and placement.dataset not in agent.datasets:
+        return f"agent {agent.name} does not hold dataset {placement.dataset!r}"
+    acc = resources.accelerator if resources is not None else None
+    if acc is not None and acc.count > 0 and (
+            agent.accelerator_type != acc.type or agent.accelerator_count < acc.count):
+        return (f"agent {agent.name} has {agent.accelerator_count} x {agent.accelerator_type}, "
+                f"operation needs {acc.count} x {acc.type}")
+    return None
+
+
+def eligible_placement(
+    operations: Iterable[Operation],
+    attempts: Iterable[Attempt],
+    agents: Sequence[AgentRecord] | None,
+    start: float,
+    end: float,
+) -> InvariantResult:
+    """Every attempt created in the window ran on an agent meeting its operation's hard
+    constraints (region, dataset, accelerator); an agent not in agents.jsonl is a violation."""
+    if agents is None:
+        return InvariantResult("eligible-placement", 0,
+                               no_data="snapshot/agents.jsonl is missing from the evidence")
+    scope = _attempts_in(attempts, start, end)
+    if not scope:
+        return InvariantResult("eligible-placement", 0,
+                               no_data="no attempt was created in the window")
+    ops = {o.id: o for o in operations}
+    by_name = {a.name: a for a in agents}
+    violations = []
+    for a in scope:
+        why = placement_violation(ops[a.operation_id], by_name.get(a.agent_name or ""),
+                                  a.agent_name)
+        if why:
+            violations.append(f"attempt {a.id} of {a.operation_id}: {why}")
+    return InvariantResult("eligible-placement", len(scope), tuple(violations))
+
+
+INVARIANTS: dict[str, Callable[[Evidence, float, float], InvariantResult]] = {
+    "fencing": lambda ev, lo, hi: fencing(ev.attempts, ev.events, lo, hi),
+    "bounded-retries": lambda ev, lo, hi: bounded_retries(ev.operations, ev.attempts, lo, hi),
+    "eligible-placement": lambda ev, lo, hi: eligible_placement(
+        ev.operations, ev.attempts, ev.agents, lo, hi),
+}
+KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
+
+
+def check_invariant(name: str, evidence: Evidence, start: float, end: float) -> InvariantResult:
+    """Judge one named invariant over [start, end] (the experiment's fault start to horizon)."""
+    return INVARIANTS[name](evidence, start, end)

@@ -1,0 +1,165 @@
+"""Invariants and dropped evidence on hand-made records: each rule is shown to pass, to catch
+a violation, and to say "no data" when there was nothing to judge."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from slo.dropped import counter_increase, dropped_evidence
+from slo.evidence import AgentRecord, Attempt, Event, Operation, PromQuery, PromSeries
+from slo.invariants import bounded_retries, eligible_placement, fencing
+
+T0 = datetime(2025, 1, 6, 10, 0, tzinfo=UTC)
+START, END = T0.timestamp(), T0.timestamp() + 300
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _event(n: int, seconds: float, kind: str, attempt: str | None = "att-1",
+           actor: str | None = None, **extra: Any) -> Event:
+    return Event(id=n, operation_id="op-1", attempt_id=attempt, time=_at(seconds), kind=kind,
+                 actor=actor, **extra)
+
+
+def _attempt(aid: str, state: str = "lost", op: str = "op-1", seconds: float = 10,
+             agent: str | None = "agent-a") -> Attempt:
+    return Attempt(id=aid, operation_id=op, number=1, state=state, created_at=_at(seconds),
+                   agent_name=agent)
+
+
+def _op(oid: str = "op-1", **extra: Any) -> Operation:
+    return Operation(id=oid, project="p", state="succeeded", created_at=T0, **extra)
+
+
+# --------------------------------------------------------------------------- fencing
+
+FENCED = [
+    _event(1, 20, "progress", actor="agent:agent-a"),
+    _event(2, 60, "lease_expired", actor="reconciler"),
+    _event(3, 61, "stale_report_refused", actor="agent:agent-a"),  # refused: that is fencing
+]
+
+
+def test_fencing_holds_when_the_stale_agent_is_only_refused() -> None:
+    result = fencing([_attempt("att-1")], FENCED, START, END)
+    assert result.judged == 1 and result.violations == () and result.no_data is None
+
+
+def test_fencing_catches_an_agent_acting_after_its_lease_expired() -> None:
+    late = _event(4, 62, "progress", actor="agent:agent-a")
+    result = fencing([_attempt("att-1")], [*FENCED, late], START, END)
+    assert len(result.violations) == 1 and "progress by agent:agent-a" in result.violations[0]
+
+
+def test_fencing_orders_by_time_then_event_id() -> None:
+    # same second: the agent's report has the lower id, so it came before the expiry
+    same_time = [_event(1, 60, "progress", actor="agent:agent-a"),
+                 _event(2, 60, "lease_expired", actor="reconciler")]
+    assert fencing([_attempt("att-1")], same_time, START, END).violations == ()
+    swapped = [_event(3, 60, "progress", actor="agent:agent-a"),
+               _event(2, 60, "lease_expired", actor="reconciler")]
+    assert len(fencing([_attempt("att-1")], swapped, START, END).violations) == 1
+
+
+def test_fencing_lost_attempt_must_never_succeed() -> None:
+    marked = _event(4, 70, "state_change", actor="api", to_state="succeeded")
+    assert len(fencing([_attempt("att-1")], [*FENCED, marked], START, END).violations) == 1
+    result = fencing([_attempt("att-1", state="succeeded")], FENCED, START, END)
+    assert result.violations == ("attempt att-1: lost its lease but is succeeded in the snapshot",)
+
+
+def test_fencing_without_a_lease_expiry_in_the_window_is_no_data() -> None:
+    assert fencing([_attempt("att-1")], FENCED, START + 100, END).no_data is not None
+    no_attempt = [_event(2, 60, "lease_expired", attempt=None)]
+    result = fencing([], no_attempt, START, END)
+    assert result.judged == 0 and "no lease expired" in (result.no_data or "")
+
+
+# --------------------------------------------------------------------------- bounded retries
+
+def test_bounded_retries() -> None:
+    attempts = [_attempt(f"att-{n}", op="op-1", seconds=10 + n) for n in range(3)]
+    ok = bounded_retries([_op(max_retries=2)], attempts, START, END)
+    assert ok.judged == 1 and ok.violations == ()
+    storm = bounded_retries([_op(max_retries=1)], attempts, START, END)
+    assert storm.violations == ("operation op-1: 3 attempts, at most 2 allowed (max_retries 1)",)
+
+
+def test_bounded_retries_no_data() -> None:
+    attempts = [_attempt("att-1")]
+    assert "max_retries" in (bounded_retries([_op()], attempts, START, END).no_data or "")
+    outside = bounded_retries([_op(max_retries=0)], attempts, START + 100, END)
+    assert outside.judged == 0 and outside.no_data is not None
+
+
+# --------------------------------------------------------------------------- placement
+
+AGENTS = (
+    AgentRecord(name="agent-a", pool="cpu", zone="eu-1a", region="eu-1", datasets=("imagenet",)),
+    AgentRecord(name="agent-gpu", pool="gpu", zone="us-1a", region="us-1",
+                accelerator_type="a100", accelerator_count=4),
+)
+
+
+@pytest.mark.parametrize(
+    ("op_fields", "agent", "violation"),
+    [
+        ({}, "agent-a", None),
+        ({"placement": {"regions": ["eu-1"], "dataset": "imagenet"}}, "agent-a", None),
+        ({"placement": {"regions": ["us-1"]}}, "agent-a", "region 'eu-1'"),
+        ({"placement": {"dataset": "laion"}}, "agent-a", "dataset 'laion'"),
+        ({"resources": {"cpu": 1, "accelerator": {"type": "a100", "count": 2}}}, "agent-gpu",
+         None),
+        ({"resources": {"cpu": 1, "accelerator": {"type": "a100", "count": 8}}}, "agent-gpu",
+         "needs 8 x a100"),
+        ({"resources": {"cpu": 1, "accelerator": {"type": "a100", "count": 1}}}, "agent-a",
+         "needs 1 x a100"),
+        ({}, "agent-ghost", "not in snapshot/agents.jsonl"),
+    ],
+)
+def test_eligible_placement(op_fields: dict, agent: str, violation: str | None) -> None:
+    result = eligible_placement([_op(**op_fields)], [_attempt("att-1", agent=agent)], AGENTS,
+                                START, END)
+    assert result.judged == 1
+    if violation is None:
+        assert result.violations == ()
+    else:
+        assert len(result.violations) == 1 and violation in result.violations[0]
+
+
+def test_eligible_placement_no_data() -> None:
+    attempts = [_attempt("att-1")]
+    assert "agents.jsonl" in (eligible_placement([_op()], attempts, None, START, END).no_data
+                              or "")
+    assert eligible_placement([_op()], attempts, AGENTS, START + 100, END).no_data is not None
+
+
+# --------------------------------------------------------------------------- dropped evidence
+
+def _series(agent: str, values: list[float]) -> PromSeries:
+    return PromSeries(metric={"agent": agent}, values=tuple((float(i), v)
+                                                            for i, v in enumerate(values)))
+
+
+def test_counter_increase_survives_restarts() -> None:
+    assert counter_increase([3, 5, 9]) == 6
+    assert counter_increase([3, 5, 1, 4]) == 2 + 1 + 3  # restarted at 1
+    assert counter_increase([7]) == 0
+
+
+def test_dropped_evidence_takes_the_larger_source_per_agent() -> None:
+    events = [_event(1, 10, "evidence_dropped", attempt=None, actor="agent:a", data={"count": 5}),
+              _event(2, 20, "evidence_dropped", attempt=None, data={"agent": "b", "count": 2}),
+              _event(3, 30, "progress")]
+    query = PromQuery(name="evidence_dropped", query="q",
+                      series=(_series("a", [0, 3]), _series("c", [10, 14])))
+    result = dropped_evidence(events, query)
+    assert result.by_agent == {"a": 5, "b": 2, "c": 4}
+    assert result.total == 11 and result.from_events == 7 and result.from_prometheus == 7
+    none = dropped_evidence([_event(3, 30, "progress")], None)
+    assert none.total == 0 and none.from_prometheus is None
