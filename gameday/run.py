@@ -49,6 +49,8 @@ PROM_QUERIES = {
     "queue_age": "max by (queue) (controlplane_queue_age_seconds)",
     "pending": "sum by (reason) (controlplane_pending_operations)",
     "api_requests": "sum by (code) (rate(haproxy_backend_http_responses_total[30s]))",
+    # agents count every event they had to drop (slo/dropped.py reads the increase per agent)
+    "evidence_dropped": "sum by (agent) (controlplane_agent_events_dropped_total)",
 }
 # No HAProxy in front of the API in the cloud (a Service): its metric does not exist there.
 CLOUD_PROM_QUERIES = {k: q for k, q in PROM_QUERIES.items() if k != "api_requests"}

@@ -147,7 +147,7 @@ def experiment_checks(
          ro.rpo.checkpoint_progress_intervals if ro else None),
         ("artifacts", "artifacts lost", ro.rpo.artifacts if ro else None),
     ]
-    invariants = ro.invariants if ro else []
+    invariants = e.invariant_names or (ro.invariants if ro else [])
     if not e.measured:
         checks.append(_not_measured(f"{x}.rto", e, rto, _at_most(e.rto_seconds), g.weight_rto,
                                     True))

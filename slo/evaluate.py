@@ -23,7 +23,7 @@ from slo.evidence import (
     Journal,
     load_evidence,
 )
-from slo.invariants import check_invariant
+from slo.invariants import KNOWN_INVARIANTS, check_invariant
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
 from slo.specs import Slo, Specs, load_specs
@@ -247,6 +247,7 @@ def missing_experiment(run: _Run, name: str) -> ExperimentResult:
         runbook=ro.runbook if ro else None,
         rto_seconds=ro.rto_seconds if ro else None,
         expected_alerts=list(ro.expected_alerts) if ro else [],
+        invariant_names=list(ro.invariants) if ro else [],
         findings=[f"{name}: missing from the evidence: no journal{runner}"],
     )
 
@@ -336,6 +337,13 @@ def evaluate_experiment(
                 f"experiments/{exp.name}/journal.json: field experiment.x-gameday.slos: unknown SLO {name!r}"
             )
     alert_names = list(dict.fromkeys([*ext.expected_alerts, *ro.expected_alerts]))
+    invariant_names = list(dict.fromkeys([*ro.invariants, *ext.invariants]))
+    for name in invariant_names:
+        if name not in KNOWN_INVARIANTS:
+            raise EvidenceError(
+                f"experiments/{exp.name}/journal.json: field experiment.x-gameday.invariants: "
+                f"unknown invariant {name!r} (known: {', '.join(KNOWN_INVARIANTS)})"
+            )
     start, end = ts(j.start), ts(j.end)
     status = ev.run.experiment_status.get(exp.name)
     about = {
@@ -352,6 +360,7 @@ def evaluate_experiment(
         "end": end,
         "rto_seconds": ro.rto_seconds,
         "expected_alerts": alert_names,
+        "invariant_names": invariant_names,
         "runner_status": status.status if status else None,
         "runner_detail": (status.detail or None) if status else None,
     }
@@ -512,8 +521,9 @@ def evaluate_experiment(
             "under a new operation id (found by idempotency key only)"
         )
     invariants = []
-    for name in ro.invariants:
-        result = check_invariant(name, ev, f_start, horizon)
+    for name in invariant_names:
+        result = check_invariant(name, ev, f_start, horizon,
+                                 specs.evaluation.detection_grace_seconds)
         invariants.append(InvariantOutcome(name=name, judged=result.judged,
                                            violations=list(result.violations),
                                            no_data=result.no_data))

@@ -187,6 +187,8 @@ class GamedayExtension(_Record):
     recovery_objective: str
     slos: tuple[str, ...] = ()
     expected_alerts: tuple[str, ...] = ()
+    # invariants this rehearsal adds to its recovery objective's (slo/invariants.py)
+    invariants: tuple[str, ...] = ()
     runbook: str
     blast_radius: str | dict[str, Any] | None = None
 

@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from slo.evidence import AgentRecord, Attempt, Event, Evidence, Operation
-from slo.sli import group_by, ts
+from slo.evidence import (
+    AgentRecord,
+    Attempt,
+    Event,
+    Evidence,
+    FaultRecord,
+    Operation,
+    RequestRecord,
+)
+from slo.sli import NON_API_ROUTE_PREFIXES, group_by, request_ok, ts
 
 # events an agent may still send about an attempt whose lease it lost: the platform's refusal
 FENCED_KINDS_ALLOWED = frozenset({"stale_report_refused"})
@@ -151,15 +159,67 @@ def eligible_placement(
     return InvariantResult("eligible-placement", len(scope), tuple(violations))
 
 
-INVARIANTS: dict[str, Callable[[Evidence, float, float], InvariantResult]] = {
-    "fencing": lambda ev, lo, hi: fencing(ev.attempts, ev.events, lo, hi),
-    "bounded-retries": lambda ev, lo, hi: bounded_retries(ev.operations, ev.attempts, lo, hi),
-    "eligible-placement": lambda ev, lo, hi: eligible_placement(
+def fault_spans(faults: Iterable[FaultRecord], start: float, end: float) -> list[
+        tuple[str, float, float]]:
+    """(fault, start, end) of every fault started in [start, end]; one never ended lasts
+    until ``end``."""
+    faults = sorted(faults, key=lambda f: ts(f.time))
+    spans = []
+    for f in faults:
+        t = ts(f.time)
+        if f.event != "fault_start" or not start <= t <= end:
+            continue
+        stop = next((ts(g.time) for g in faults if g.event == "fault_end" and g.fault == f.fault
+                     and g.target == f.target and ts(g.time) >= t), end)
+        spans.append((f"{f.fault} {f.target}".strip(), t, min(stop, end)))
+    return spans
+
+
+def served_after_detection(
+    requests: Iterable[RequestRecord], faults: Iterable[FaultRecord], start: float, end: float,
+    grace: float,
+) -> InvariantResult:
+    """Once the platform has had ``grace`` seconds to notice a fault (load-balancer health
+    checks), no API request fails while the fault lasts: the fault is masked, not merely
+    recovered from afterwards. For faults a healthy platform hides completely, such as one
+    replica of several losing its database."""
+    spans = [(name, t0 + grace, t1) for name, t0, t1 in fault_spans(faults, start, end)]
+    if not spans:
+        return InvariantResult("served-after-detection", 0,
+                               no_data="no fault_start in the window")
+    judged, violations = 0, []
+    for r in requests:
+        if r.route.startswith(NON_API_ROUTE_PREFIXES):
+            continue
+        t = ts(r.time)
+        for name, lo, hi in spans:
+            if lo <= t <= hi:
+                judged += 1
+                if not request_ok(r):
+                    violations.append(f"{r.method} {r.route} at {r.time.strftime('%H:%M:%S.%f')[:-3]}"
+                                      f" during {name}: {r.status or r.error}")
+                break
+    if not judged:
+        return InvariantResult(
+            "served-after-detection", 0, no_data=f"no API request during the fault after the "
+            f"{grace:g}s detection grace ({', '.join(n for n, _, _ in spans)})")
+    return InvariantResult("served-after-detection", judged, tuple(violations))
+
+
+# (evidence, window start, window end, detection grace in seconds) -> result
+Judge = Callable[[Evidence, float, float, float], InvariantResult]
+INVARIANTS: dict[str, Judge] = {
+    "fencing": lambda ev, lo, hi, _: fencing(ev.attempts, ev.events, lo, hi),
+    "bounded-retries": lambda ev, lo, hi, _: bounded_retries(ev.operations, ev.attempts, lo, hi),
+    "eligible-placement": lambda ev, lo, hi, _: eligible_placement(
         ev.operations, ev.attempts, ev.agents, lo, hi),
+    "served-after-detection": lambda ev, lo, hi, grace: served_after_detection(
+        ev.requests, ev.faults, lo, hi, grace),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
 
 
-def check_invariant(name: str, evidence: Evidence, start: float, end: float) -> InvariantResult:
+def check_invariant(name: str, evidence: Evidence, start: float, end: float,
+                    detection_grace: float = 10.0) -> InvariantResult:
     """Judge one named invariant over [start, end] (the experiment's fault start to horizon)."""
-    return INVARIANTS[name](evidence, start, end)
+    return INVARIANTS[name](evidence, start, end, detection_grace)

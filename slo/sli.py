@@ -207,19 +207,26 @@ def slices(start: float, end: float, width: float) -> list[Interval]:
     return [(start + i * width, min(end, start + (i + 1) * width)) for i in range(n)]
 
 
+# Waiting for a destination: eligible and queued, or blocked because every eligible
+# destination is down or full. Both are time the user waits before dispatch (queue age);
+# `retrying` is a deliberate backoff and is not.
+WAITING_STATES = frozenset({"queued", "blocked"})
+
+
 def queued_intervals(
     events_by_op: dict[str, list[Event]], snapshot: float
 ) -> list[tuple[str, float, float]]:
-    """(operation, entered queued, left queued) from state-change events, ordered by time."""
+    """(operation, started waiting, stopped waiting) from state-change events: a stretch in
+    WAITING_STATES (queued <-> blocked moves continue it), ordered by time."""
     out = []
     for op_id, events in events_by_op.items():
         since: float | None = None
         for e in events:
             if e.to_state is None:
                 continue
-            if e.to_state == "queued" and since is None:
+            if e.to_state in WAITING_STATES and since is None:
                 since = ts(e.time)
-            elif e.to_state != "queued" and since is not None:
+            elif e.to_state not in WAITING_STATES and since is not None:
                 out.append((op_id, since, ts(e.time)))
                 since = None
         if since is not None:

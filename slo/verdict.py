@@ -140,6 +140,8 @@ class ExperimentResult(_M):
     slis: list[SliWindow] = Field(default_factory=list)
     alerts: list[AlertResult] = Field(default_factory=list)
     invariants: list[InvariantOutcome] = Field(default_factory=list)
+    # every invariant the experiment is judged by (objective's + the experiment's own)
+    invariant_names: list[str] = Field(default_factory=list)
     findings: list[str] = Field(default_factory=list)
 
 

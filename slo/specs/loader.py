@@ -514,6 +514,7 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "recoveryHoldSamples": "recovery_hold_samples",
             "slowRequest": "slow_request_seconds",
             "alertGrace": "alert_grace_seconds",
+            "detectionGrace": "detection_grace_seconds",
             "timeSlice": "time_slice_seconds",
         },
     ),

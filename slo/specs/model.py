@@ -157,6 +157,9 @@ class EvaluationSettings(_Frozen):
     alert_grace_seconds: float = Field(default=60.0, ge=0)
     # length of one time slice for Timeslices budgeting when the objective names none
     time_slice_seconds: float = Field(default=60.0, gt=0)
+    # how long a load balancer may take to notice a replica that cannot serve (health checks):
+    # after it, the served-after-detection invariant wants no failed request while the fault lasts
+    detection_grace_seconds: float = Field(default=10.0, ge=0)
 
 
 class RuleSettings(_Frozen):

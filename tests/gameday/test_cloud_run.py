@@ -206,7 +206,8 @@ def test_cloud_gate_end_to_end_stubbed_kubernetes_and_aws_real_local_control_pla
     info = json.loads((run_dir / "run.json").read_text())
     assert info["env"] == "staging" and info["interrupted"] is False
     assert info["target"]["api"].startswith("http://127.0.0.1:") and "dsn" not in info["target"]
-    assert info["snapshot"]["objects"] == 1 and info["snapshot"]["rollback"]["restored"] == []
+    # the bucket's only object belongs to no operation of this run: not this run's evidence
+    assert info["snapshot"]["objects"] == 0 and info["snapshot"]["rollback"]["restored"] == []
     assert info["load"]["acknowledged"] >= 1 and info["ledger_entries"] >= 1
     # no credential reaches the run directory
     for path in run_dir.rglob("*"):
@@ -217,7 +218,7 @@ def test_cloud_gate_end_to_end_stubbed_kubernetes_and_aws_real_local_control_pla
     gaps = json.loads((run_dir / "collection-gaps.json").read_text())
     assert "prometheus/api_requests.json" in gaps and "snapshot/objects.jsonl" not in gaps
     objects = [json.loads(x) for x in (run_dir / "snapshot" / "objects.jsonl").read_text().splitlines()]
-    assert [o["key"] for o in objects] == ["artifacts/op-1/COMPLETE.json"]
+    assert objects == []  # listed through AWS (no gap), op-1's object is not this run's
     _assert_rolled_back_and_unlocked(cloud, calls, run_dir)
 
 

@@ -21,11 +21,14 @@ def test_suites_cover_every_failure_class() -> None:
     classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
                "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
                "agent-connectivity-loss", "ineligible-fallback-region"}
-    assert set(SUITES["core"]) == classes
+    # every class, each by the experiment named after it; a class may add rehearsals
+    assert {load_experiment(n).gameday["recovery_objective"] for n in SUITES["core"]} == classes
+    assert classes <= set(SUITES["core"])
     assert set(SUITES["ci"]) <= classes
     for name in SUITES["core"]:
         g = load_experiment(name).gameday
-        assert g["recovery_objective"] == name and g["runbook"] == name and g["blast_radius"]
+        assert g["recovery_objective"] in classes and g["runbook"] == g["recovery_objective"]
+        assert g["blast_radius"]
 
 
 def test_prod_needs_target_and_allow_prod(tmp_path: Path) -> None:

@@ -10,7 +10,12 @@ import pytest
 from moto import mock_aws
 
 from gameday.platforms import PlatformError
-from gameday.platforms.controlplane import ControlPlaneAdapter, s3_client, write_objects
+from gameday.platforms.controlplane import (
+    ControlPlaneAdapter,
+    s3_client,
+    snapshot_objects,
+    write_objects,
+)
 
 
 @pytest.fixture
@@ -33,7 +38,11 @@ def test_no_endpoint_means_aws_s3_in_the_region_against_moto_mock(aws: None, tmp
     # the adapter built from a cloud environment's endpoints (region, no s3) takes the same path
     adapter = ControlPlaneAdapter.from_env({"api": "http://127.0.0.1:9", "bucket": "ml-artifacts-test",
                                             "region": "eu-west-1"}, {"projects": {"p": "t"}})
-    assert adapter._objects(tmp_path / "again.jsonl") == 2
+    assert snapshot_objects(adapter.s3_endpoint, adapter.bucket, tmp_path / "again.jsonl",
+                            adapter.region) == 2
+    # a run's snapshot keeps that run's operations' objects only
+    assert snapshot_objects(None, "ml-artifacts-test", tmp_path / "mine.jsonl", "eu-west-1",
+                            operations={"other-op"}) == 0
 
 
 def test_neither_endpoint_nor_region_is_a_clear_error() -> None:

@@ -9,8 +9,17 @@ from typing import Any
 import pytest
 
 from slo.dropped import counter_increase, dropped_evidence
-from slo.evidence import AgentRecord, Attempt, Event, Operation, PromQuery, PromSeries
-from slo.invariants import bounded_retries, eligible_placement, fencing
+from slo.evidence import (
+    AgentRecord,
+    Attempt,
+    Event,
+    FaultRecord,
+    Operation,
+    PromQuery,
+    PromSeries,
+    RequestRecord,
+)
+from slo.invariants import bounded_retries, eligible_placement, fencing, served_after_detection
 
 T0 = datetime(2025, 1, 6, 10, 0, tzinfo=UTC)
 START, END = T0.timestamp(), T0.timestamp() + 300
@@ -163,3 +172,37 @@ def test_dropped_evidence_takes_the_larger_source_per_agent() -> None:
     assert result.total == 11 and result.from_events == 7 and result.from_prometheus == 7
     none = dropped_evidence([_event(3, 30, "progress")], None)
     assert none.total == 0 and none.from_prometheus is None
+
+
+# --------------------------------------------------------------------------- served after detection
+
+def _req(seconds: float, status: int | None = 201, route: str = "/v1/operations",
+         error: str | None = None) -> RequestRecord:
+    return RequestRecord(time=_at(seconds), method="POST", route=route, status=status,
+                         error=error, latency_ms=5.0)
+
+
+PARTITION = [
+    FaultRecord(time=_at(30), event="fault_start", fault="partition_database", target="api-1"),
+    FaultRecord(time=_at(60), event="fault_end", fault="partition_database", target="api-1"),
+]
+
+
+def test_served_after_detection_forgives_failures_inside_the_grace_only() -> None:
+    requests = [_req(31, 503), _req(33, 503), _req(36), _req(50), _req(59), _req(70, 503)]
+    result = served_after_detection(requests, PARTITION, START, END, grace=5.0)
+    # 31 s and 33 s are within 5 s of the fault start; 70 s is after the fault ended
+    assert result.judged == 3 and result.violations == () and result.no_data is None
+
+
+def test_served_after_detection_catches_a_replica_still_in_rotation() -> None:
+    requests = [_req(40), _req(41, 503), _req(45, None, error="timeout"), _req(55, 500),
+                _req(58, 503, route="s3:get")]  # object-store downloads are not the API
+    result = served_after_detection(requests, PARTITION, START, END, grace=5.0)
+    assert result.judged == 4 and len(result.violations) == 3
+    assert "partition_database api-1" in result.violations[0]
+
+
+def test_served_after_detection_without_requests_or_fault_is_no_data() -> None:
+    assert served_after_detection([_req(20)], PARTITION, START, END, 5.0).no_data
+    assert served_after_detection([_req(40)], [], START, END, 5.0).no_data

@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from slo import budget, sli
-from slo.evidence import LedgerEntry, Operation
+from slo.evidence import Event, LedgerEntry, Operation
 from slo.scoring import Criterion, Scored, Status, check_status, gate_outcome
 
 targets = st.floats(min_value=0.5, max_value=0.99999)
@@ -294,3 +294,26 @@ def test_a_key_check_without_status_fails_the_gate_and_a_non_key_one_is_no_data(
     assert gate_outcome([Scored(None, 1.0, True)], 90, 75).status is Status.FAIL
     non_key = gate_outcome([Scored(None, 1.0, False), Scored(Status.PASS, 1.0, False)], 90, 75)
     assert non_key.status is Status.PASS and non_key.scored == 1
+
+
+def _transition(op: str, seconds: float, to_state: str) -> Event:
+    return Event(operation_id=op, time=T0 + timedelta(seconds=seconds), kind="transition",
+                 to_state=to_state)
+
+
+def test_queue_age_counts_blocked_waiting_and_stops_at_dispatch() -> None:
+    # node pool exhausted: queued, blocked (no eligible destination up), queued, dispatched
+    events = {"op": [_transition("op", 0, "accepted"), _transition("op", 1, "queued"),
+                     _transition("op", 2, "blocked"), _transition("op", 50, "queued"),
+                     _transition("op", 51, "dispatched"), _transition("op", 52, "running")]}
+    assert sli.queued_intervals(events, T0.timestamp() + 100) == [
+        ("op", T0.timestamp() + 1, T0.timestamp() + 51)]
+    # blocked for good: still waiting at the snapshot
+    stuck = {"op": [_transition("op", 1, "queued"), _transition("op", 2, "blocked")]}
+    assert sli.queued_intervals(stuck, T0.timestamp() + 100) == [
+        ("op", T0.timestamp() + 1, T0.timestamp() + 100)]
+    # a retry backoff is not waiting for capacity
+    backoff = {"op": [_transition("op", 1, "retrying"), _transition("op", 9, "queued"),
+                      _transition("op", 10, "dispatched")]}
+    assert sli.queued_intervals(backoff, T0.timestamp() + 100) == [
+        ("op", T0.timestamp() + 9, T0.timestamp() + 10)]
