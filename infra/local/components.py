@@ -164,6 +164,9 @@ def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
                         "max_wal_senders": 10, "max_replication_slots": 10,
                         "max_connections": 100, "shared_buffers": "32MB",
                         "synchronous_commit": "on", "wal_keep_size": "128MB",
+                        # a client that vanished mid-transaction must not hold row locks for
+                        # long (the control plane's transactions last milliseconds)
+                        "idle_in_transaction_session_timeout": "30s",
                     },
                 },
             },

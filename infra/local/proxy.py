@@ -90,7 +90,10 @@ async def _pump(route: Route, reader: asyncio.StreamReader, writer: asyncio.Stre
         if writer.can_write_eof():
             writer.write_eof()
     except (ConnectionError, OSError):
-        pass
+        # One side was reset (e.g. a SIGKILLed client): reset the other side too. Otherwise the
+        # peer never learns: a database backend would keep the dead client's transaction open,
+        # and its row locks, forever.
+        _reset(writer)
 
 
 async def _handle(route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

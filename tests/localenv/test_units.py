@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -124,6 +125,42 @@ def test_proxy_pass_refuse_blackhole_and_back(proxy: tuple[str, int]) -> None:
     metrics = httpx.get(f"{control}/metrics").text
     assert 'gameday_proxy_upstream_up{route="echo"} 1' in metrics
     assert 'gameday_proxy_route_mode{route="echo",mode="pass"} 1' in metrics
+
+
+def test_proxy_passes_a_client_reset_on_to_the_server(tmp_path: Path) -> None:
+    """A SIGKILLed client's connection is reset: the server behind the proxy must learn it, or
+    a database keeps the dead client's transaction (and its locks) open forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    control, listen = _free_port(), _free_port()
+    config = tmp_path / "proxy.json"
+    config.write_text(json.dumps({"control_port": control, "routes": {
+        "db": {"listen": listen, "target": f"127.0.0.1:{server.getsockname()[1]}"}}}))
+    proc = subprocess.Popen([sys.executable, "-m", "infra.local.proxy", "--config", str(config)])
+    try:
+        _wait_http(f"http://127.0.0.1:{control}/healthz")
+        client = socket.create_connection(("127.0.0.1", listen), timeout=2)
+        conn, _ = server.accept()
+        client.sendall(b"BEGIN")
+        conn.settimeout(2)
+        assert conn.recv(16) == b"BEGIN"
+        conn.sendall(b"unread reply")  # the client dies without reading it: RST, not FIN
+        time.sleep(0.2)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        try:
+            assert conn.recv(16) == b"", "the server saw no end of the connection"
+        except ConnectionResetError:
+            pass  # reset: the backend ends and aborts the transaction
+        except TimeoutError:
+            raise AssertionError("the server never learned that its client is gone") from None
+        conn.close()
+    finally:
+        proc.kill()
+        proc.wait()
+        server.close()
 
 
 def test_proxy_rejects_unknown_mode_and_route(proxy: tuple[str, int]) -> None:
