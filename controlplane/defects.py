@@ -31,6 +31,21 @@ KNOWN: dict[str, str] = {
 }
 
 
+# name -> the processes whose code carries it (only those need the switch and a restart)
+WHERE: dict[str, frozenset[str]] = {
+    "ack-before-commit": frozenset({"api"}),
+    "idempotency-ignored": frozenset({"api"}),
+    "fencing-off": frozenset({"api"}),
+    "torn-checkpoint-resume": frozenset({"agent"}),  # the workload inherits its agent's env
+    "ineligible-fallback": frozenset({"reconciler"}),
+    "retries-unbounded": frozenset({"api", "reconciler"}),
+    "success-without-artifacts": frozenset({"agent"}),
+    "readyz-lies": frozenset({"api"}),
+    "leases-never-expire": frozenset({"reconciler"}),
+    "blocked-never-drain": frozenset({"reconciler"}),
+}
+
+
 class UnknownDefect(ValueError):
     pass
 

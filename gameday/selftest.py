@@ -92,14 +92,12 @@ def _only_run(runs: Path) -> Path | None:
 
 def run_case(case: Case, env: Any, runs: Path, log: Path, home: Path) -> Result:
     started = time.monotonic()
+    # only this defect on (the previous case's is switched off by the same restart)
     env.set_defects([case.defect])
-    try:
-        with open(log, "w") as out:
-            code = run_gameday(Options(experiments=(case.experiment,), runs_dir=runs,
-                                       home=home, suite="selftest"),
-                               Console(file=out, width=120, force_terminal=False))
-    finally:
-        env.set_defects([])
+    with open(log, "w") as out:
+        code = run_gameday(Options(experiments=(case.experiment,), runs_dir=runs,
+                                   home=home, suite="selftest"),
+                           Console(file=out, width=120, force_terminal=False))
     run_dir = _only_run(runs)
     verdict = None
     if run_dir is not None and (run_dir / "verdict.json").exists():
@@ -135,7 +133,7 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
     from infra.local.env import LocalEnvironment
     from infra.local.errors import EnvError
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     home = resolve_home(None)
     cases = [c for c in MATRIX if not defects or c.defect in defects]
     env = LocalEnvironment("local", home)
@@ -168,6 +166,7 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
                 [{**asdict(x.case), **{k: v for k, v in asdict(x).items() if k != "case"}}
                  for x in results], indent=2))
     finally:
+        env.set_defects([])  # the healthy platform again, also after Ctrl-C
         if started_env and down_after:
             env.down()
     console.print(_table(results))

@@ -293,6 +293,14 @@ _fault_command("restore-pool", "Start the agents of POOL again.", lambda f, pool
 _fault_command("partition-agent", "Cut AGENT off from the control plane (its own proxy route).",
                lambda f, agent, mode: f.partition_agent(agent, mode), "agent", mode_default="blackhole")
 _fault_command("heal-agent", "Reconnect a partitioned AGENT.", lambda f, agent: f.heal_agent(agent), "agent")
+_fault_command("partition-db", "Cut one API REPLICA off from the database (its own proxy route); "
+               "the other replica keeps its connection.",
+               lambda f, replica, mode: f.partition_database(replica, mode), "replica",
+               mode_default="refuse")
+_fault_command("heal-db", "Reconnect an API REPLICA to the database.",
+               lambda f, replica: f.heal_database(replica), "replica")
+
+
 def _lose_db(f: Any) -> dict[str, Any]:
     from infra.local.backup import DatabaseBackups
 

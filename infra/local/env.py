@@ -709,8 +709,9 @@ class LocalEnvironment:
             if spec.group not in (Group.CONTROLPLANE, Group.AGENT):
                 continue
             env = {k: v for k, v in spec.env.items() if k != defects.ENV}
-            if wanted:
-                env[defects.ENV] = ",".join(sorted(wanted))
+            mine = sorted(d for d in wanted if spec.kind in defects.WHERE[d])
+            if mine:
+                env[defects.ENV] = ",".join(mine)
             if env != spec.env:
                 self.components[name] = dataclasses.replace(spec, env=env)
                 changed.append(name)

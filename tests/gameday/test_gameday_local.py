@@ -112,7 +112,10 @@ def test_core_suite_from_a_fresh_clone_passes_with_every_experiment_measured(
         assert e["recovery_seconds"] is not None, name
         assert e["recovery_seconds"] <= e["rto_seconds"], name
     for c in verdict["checks"]:
-        assert c["status"] in ("pass", "warning", "no_data"), c
+        assert c["status"] != "not_measured", c
+        # key objectives all hold; a non-key SLI may miss while faults are injected on purpose
+        # (queue age during node-pool-exhausted), which the gate scores, as documented
+        assert not c["key"] or c["status"] == "pass", c
     # this run's operations only (the store outlives runs)
     started = json.loads((run_dir / "run.json").read_text())["started_at"]
     for line in (run_dir / "snapshot" / "operations.jsonl").read_text().splitlines():

@@ -1,0 +1,46 @@
+"""`gameday selftest` counts a seeded defect as caught only when the gate failed on objectives
+(exit 2) with the named objective among the failed checks: a probe failure (exit 1), another
+objective, or a run that never produced a verdict are reported, never taken for a catch."""
+
+from __future__ import annotations
+
+from controlplane import defects
+from gameday.selftest import MATRIX, Case, judge
+from gameday.suites import SUITES
+
+CASE = Case("agent-connectivity-loss", "fencing-off", "agent-connectivity-loss",
+            "agent-connectivity-loss.invariant.fencing")
+
+
+def _verdict(*failed: str) -> dict:
+    return {"checks": [{"id": c, "status": "fail", "experiment": c.split(".")[0]} for c in failed]
+            + [{"id": "agent-connectivity-loss.rto", "status": "pass",
+                "experiment": "agent-connectivity-loss"}]}
+
+
+def test_caught_only_by_the_named_objective_with_exit_2() -> None:
+    assert judge(CASE, 2, _verdict(CASE.objective))[0]
+    caught, failed, note = judge(CASE, 2, _verdict("agent-connectivity-loss.rpo.artifacts"))
+    assert not caught and "did not fail" in note and failed == ["agent-connectivity-loss.rpo.artifacts"]
+    caught, _, note = judge(CASE, 1, _verdict(CASE.objective))
+    assert not caught and "exited 1" in note
+    assert judge(CASE, 3, None) == (False, [], "no verdict (exit 3)")
+
+
+def test_the_matrix_covers_every_defect_and_every_failure_class() -> None:
+    assert {c.defect for c in MATRIX} == set(defects.KNOWN)
+    classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
+               "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
+               "agent-connectivity-loss", "ineligible-fallback-region"}
+    assert {c.failure_class for c in MATRIX} == classes
+    for c in MATRIX:
+        assert c.experiment in SUITES["core"] and c.objective.startswith(c.experiment + ".")
+
+
+def test_an_unknown_defect_name_is_refused_not_ignored() -> None:
+    import pytest
+
+    assert defects.parse(" readyz-lies , fencing-off ") == {"readyz-lies", "fencing-off"}
+    assert defects.parse("") == frozenset()
+    with pytest.raises(defects.UnknownDefect, match="readyz-lie'"):
+        defects.parse("readyz-lie")
