@@ -388,7 +388,6 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                          ALLOW_PROD_ENV: "true" if opts.allow_prod else "false"})
     records = [ExperimentRun(n) for n in names]
     not_applicable: dict[str, str] = {}
-    settle = settle_seconds(opts.env)
     interrupted = False
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -416,7 +415,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                 run_experiment(rec.name, run_dir, env_vars, progress, task, rec)
                 # safety net between experiments: every fault undone, whatever the journal says
                 driver.restore_all()
-                _settle(Path(eps["fault_timeline"]), settle, progress, task, rec.name)
+                _settle(settle_seconds(opts.env, rec.name), progress, task, rec.name)
                 progress.update(task, description=f"{rec.name}: {rec.status} "
                                                   f"({rec.seconds:.0f}s)", total=1, completed=1)
                 progress.advance(overall)
@@ -490,26 +489,26 @@ def _run_operations(run_dir: Path) -> set[str]:
     return {json.loads(x)["id"] for x in path.read_text().splitlines() if x.strip()}
 
 
-def settle_seconds(env: str) -> float:
-    """How long after a fault ends the evaluator needs to see an SLI recover and hold
-    (recoveryHoldSamples x sampleInterval + sampleWindow of the env's evaluation settings)."""
+def settle_seconds(env: str, experiment: str) -> float:
+    """How long after an experiment ends (its work drained, every fault undone) the evaluator
+    needs to see its SLIs recover and hold (slo.evaluate.observation_seconds)."""
+    from slo.evaluate import observation_seconds
     from slo.specs import load_specs
 
-    ev = load_specs(env).evaluation
-    return ev.recovery_hold_samples * ev.sample_interval_seconds + ev.sample_window_seconds
+    specs = load_specs(env)
+    g = load_experiment(experiment).gameday
+    ro = specs.recovery_objectives.get(str(g.get("recovery_objective")))
+    names = [n for n in dict.fromkeys([*(g.get("slos") or []), *(ro.slos if ro else [])])
+             if n in specs.slo_names]
+    return observation_seconds(specs, names)
 
 
-def _settle(timeline: Path, seconds: float, progress: Progress, task: Any, name: str) -> None:
-    """Let the last fault's recovery be observable before the next fault starts."""
-    ends = [collect._parse(json.loads(x)["time"]) for x in
-            (timeline.read_text().splitlines() if timeline.exists() else [])
-            if x.strip() and json.loads(x)["event"] == "fault_end"]
-    if not ends:
-        return
-    remaining = (max(ends) - collect.utcnow()).total_seconds() + seconds
-    if remaining > 0:
-        progress.update(task, description=f"{name}: letting recovery show ({remaining:.0f}s)")
-        time.sleep(remaining)
+def _settle(seconds: float, progress: Progress, task: Any, name: str) -> None:
+    """Let the experiment's recovery be observable before the next fault starts (and before
+    the evidence is collected, after the last one)."""
+    if seconds > 0:
+        progress.update(task, description=f"{name}: letting recovery show ({seconds:.0f}s)")
+        time.sleep(seconds)
 
 
 def _wait_healthy(env: Any, adapter: Any, timeout: float) -> tuple[bool, str]:

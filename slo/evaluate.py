@@ -27,6 +27,7 @@ from slo.invariants import KNOWN_INVARIANTS, check_invariant
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
 from slo.specs import Slo, Specs, load_specs
+from slo.specs.model import Budgeting
 from slo.verdict import (
     AlertResult,
     ExperimentResult,
@@ -87,6 +88,18 @@ class _Run:
 
 def _slice_width(slo: Slo, specs: Specs) -> float:
     return slo.objective.time_slice_window_seconds or specs.evaluation.time_slice_seconds
+
+
+def observation_seconds(specs: Specs, slo_names: Iterable[str]) -> float:
+    """How long after an experiment's work has drained its SLIs need to show a recovery that
+    holds: a time-slice SLI's last bad outcome can land one slice later, the ratio needs one
+    sample window to clear, then ``recoveryHoldSamples`` samples on the sampling grid must hold.
+    The runner waits this long after each experiment; the evaluator looks at least this far."""
+    ev = specs.evaluation
+    slices = [_slice_width(specs.slo(n), specs) for n in slo_names
+              if specs.slo(n).budgeting is Budgeting.TIMESLICES]
+    return (max(slices, default=0.0) + ev.sample_window_seconds
+            + ev.recovery_hold_samples * ev.sample_interval_seconds)
 
 
 def compute_outcomes(run: _Run) -> dict[str, list[Outcome]]:
@@ -375,8 +388,8 @@ def evaluate_experiment(
         )
     assert window is not None  # no window always has a reason
     f_start, f_end = window.start, window.end
-    horizon = min(end + specs.evaluation.alert_grace_seconds, max(run.snapshot, end),
-                  max(next_start, end))
+    look = max(specs.evaluation.alert_grace_seconds, observation_seconds(specs, slo_names))
+    horizon = min(end + look, max(run.snapshot, end), max(next_start, end))
     findings: list[str] = []
 
     cfg = specs.evaluation

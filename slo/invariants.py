@@ -129,6 +129,11 @@ def placement_violation(op: Operation, agent: AgentRecord | None, agent_name: st
             agent.accelerator_type != acc.type or agent.accelerator_count < acc.count):
         return (f"agent {agent.name} has {agent.accelerator_count} x {agent.accelerator_type}, "
                 f"operation needs {acc.count} x {acc.type}")
+    if (acc is None or acc.count <= 0) and agent.accelerator_count > 0:
+        # accelerator nodes are tainted for accelerator work: CPU-only work there is a
+        # fallback onto capacity it may not take, whatever its region and data say
+        return (f"agent {agent.name} is an accelerator node ({agent.accelerator_count} x "
+                f"{agent.accelerator_type}); the operation requested no accelerator")
     return None
 
 

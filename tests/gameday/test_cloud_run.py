@@ -91,7 +91,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cp_stack: ControlPlan
     monkeypatch.setenv("GAMEDAY_PROJECT_TOKEN", cp_stack.user_token)
     monkeypatch.setenv("GAMEDAY_AGENT_TOKEN", cp_stack.agent_token)
     # recovery hold of staging is minutes; the evaluator's settings are not under test here
-    monkeypatch.setattr(gameday_run, "settle_seconds", lambda env: 0.0)
+    monkeypatch.setattr(gameday_run, "settle_seconds", lambda env, experiment: 0.0)
     target = tmp_path / "target.json"
     target.write_text(json.dumps({
         "environment": "staging", "region": "eu-west-1", "project": "mlplatform",

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -71,12 +72,13 @@ def echo_server() -> Iterator[int]:
     server.close()
 
 
-@pytest.fixture
-def proxy(tmp_path: Path, echo_server: int) -> Iterator[tuple[str, int]]:
+@contextmanager
+def _proxy_to(tmp_path: Path, route: str, target_port: int) -> Iterator[tuple[str, int]]:
+    """A fault proxy with one route to 127.0.0.1:target_port: (control URL, listen port)."""
     control, listen = _free_port(), _free_port()
     config = tmp_path / "proxy.json"
     config.write_text(json.dumps({"control_port": control, "routes": {
-        "echo": {"listen": listen, "target": f"127.0.0.1:{echo_server}"}}}))
+        route: {"listen": listen, "target": f"127.0.0.1:{target_port}"}}}))
     proc = subprocess.Popen([sys.executable, "-m", "infra.local.proxy", "--config", str(config)])
     try:
         _wait_http(f"http://127.0.0.1:{control}/healthz")
@@ -84,6 +86,12 @@ def proxy(tmp_path: Path, echo_server: int) -> Iterator[tuple[str, int]]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def proxy(tmp_path: Path, echo_server: int) -> Iterator[tuple[str, int]]:
+    with _proxy_to(tmp_path, "echo", echo_server) as p:
+        yield p
 
 
 def _roundtrip(port: int, payload: bytes = b"ping", timeout: float = 1.0) -> bytes:
@@ -134,13 +142,7 @@ def test_proxy_passes_a_client_reset_on_to_the_server(tmp_path: Path) -> None:
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     server.settimeout(5)
-    control, listen = _free_port(), _free_port()
-    config = tmp_path / "proxy.json"
-    config.write_text(json.dumps({"control_port": control, "routes": {
-        "db": {"listen": listen, "target": f"127.0.0.1:{server.getsockname()[1]}"}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.proxy", "--config", str(config)])
-    try:
-        _wait_http(f"http://127.0.0.1:{control}/healthz")
+    with _proxy_to(tmp_path, "db", server.getsockname()[1]) as (_, listen), server:
         client = socket.create_connection(("127.0.0.1", listen), timeout=2)
         conn, _ = server.accept()
         client.sendall(b"BEGIN")
@@ -157,10 +159,6 @@ def test_proxy_passes_a_client_reset_on_to_the_server(tmp_path: Path) -> None:
         except TimeoutError:
             raise AssertionError("the server never learned that its client is gone") from None
         conn.close()
-    finally:
-        proc.kill()
-        proc.wait()
-        server.close()
 
 
 def test_proxy_rejects_unknown_mode_and_route(proxy: tuple[str, int]) -> None:

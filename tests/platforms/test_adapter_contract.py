@@ -161,6 +161,26 @@ def test_snapshot_writes_loadable_evidence(adapter: PlatformAdapter, tmp_path: P
     assert any(e.operation_id == ack.operation_id and e.to_state for e in events)
 
 
+def test_snapshot_since_keeps_only_the_runs_operations(adapter: PlatformAdapter,
+                                                       tmp_path: Path) -> None:
+    """A store outlives runs: operations created before the run started (and their attempts,
+    events and objects) are not this run's evidence."""
+    from datetime import UTC, datetime
+
+    before = adapter.submit(SubmitRequest(small(), key()))
+    time.sleep(1.1)  # timestamps: whole store clock apart
+    since = datetime.now(UTC)
+    after = adapter.submit(SubmitRequest(small(), key()))
+    adapter.snapshot(tmp_path, since=since)
+    snap = tmp_path / "snapshot"
+    ids = {o.id for o in _read_jsonl(snap / "operations.jsonl", tmp_path, Operation)}
+    assert after.operation_id in ids and before.operation_id not in ids
+    for e in _read_jsonl(snap / "events.jsonl", tmp_path, Event):
+        assert e.operation_id in ids
+    for o in _read_jsonl(snap / "objects.jsonl", tmp_path, StoredObject):
+        assert o.key.split("/")[1] in ids
+
+
 # -- Prefect really executes the workload ---------------------------------------------------
 @pytest.mark.parametrize("seed", [5])
 def test_prefect_flow_run_executes_the_sample_workload(prefect_stack: Any, seed: int,

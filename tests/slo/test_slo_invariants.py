@@ -129,6 +129,10 @@ AGENTS = (
         ({"resources": {"cpu": 1, "accelerator": {"type": "a100", "count": 1}}}, "agent-a",
          "needs 1 x a100"),
         ({}, "agent-ghost", "not in snapshot/agents.jsonl"),
+        # CPU-only work on an accelerator node, even in an allowed region: seen in a selftest,
+        # where the fallback defect chose the region's GPU node with the right dataset
+        ({"placement": {"regions": ["us-1"]}}, "agent-gpu", "requested no accelerator"),
+        ({"resources": {"cpu": 1, "accelerator": None}}, "agent-gpu", "requested no accelerator"),
     ],
 )
 def test_eligible_placement(op_fields: dict, agent: str, violation: str | None) -> None:
