@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from chaos.context import ChaosError, Context, utcnow
-from gameday.platforms import PlatformError, SubmitRequest, Workload
+from platforms import PlatformError, SubmitRequest, Workload
 
 __all__ = [
     "crash_database_primary",
@@ -173,7 +173,7 @@ def heal_partitioned(tag: str, configuration: Configuration = None,
 def _object_keys(ctx: Context, prefix: str) -> set[str]:
     """Keys under ``prefix`` in the environment's artifact store (read directly, not through
     the fault proxy, so it works while the store's route is cut)."""
-    from gameday.platforms.controlplane import s3_client
+    from platforms.controlplane import s3_client
 
     eps = ctx.env.endpoints
     bucket = eps.get("bucket", "ml-artifacts")

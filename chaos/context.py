@@ -16,13 +16,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from chaos.drivers.base import FaultDriver
-from gameday.platforms import PlatformAdapter, get_adapter
+from infra.environment import FaultDriver
+from platforms import PlatformAdapter, get_adapter
 
 DEFAULTS = {"gameday_env": "local", "gameday_home": "", "gameday_run_dir": "",
             "gameday_platform": "controlplane", "gameday_experiment": "adhoc"}
 # Cloud runs only (gameday run sets them; experiments' configuration stays as it is).
-CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file (gameday/cloudenv.py)
+CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file (infra/cloud/env.py)
 CLOUD_STATE_ENV = "GAMEDAY_CLOUD_STATE_DIR"  # fault state + timeline shared with the runner
 ALLOW_PROD_ENV = "GAMEDAY_ALLOW_PROD"
 
@@ -60,7 +60,7 @@ class Context:
     @cached_property
     def env(self) -> Any:
         if self.cloud_target:
-            from gameday.cloudenv import CloudEnvError, CloudEnvironment
+            from infra.cloud.env import CloudEnvError, CloudEnvironment
 
             state = os.environ.get(CLOUD_STATE_ENV)
             allow = os.environ.get(ALLOW_PROD_ENV, "").lower() in ("1", "true", "yes")
@@ -80,11 +80,7 @@ class Context:
 
     @cached_property
     def driver(self) -> FaultDriver:
-        if self.cloud_target:  # CloudFaults, recording the fault timeline (gameday/cloudfaults.py)
-            return self.env.driver
-        from chaos.drivers.local import LocalFaults
-
-        return LocalFaults(self.env)
+        return self.env.driver  # the environment's own fault driver, timeline included
 
     # -- per-experiment scratch state (what this experiment submitted, under which tags) ----
     @property

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from chaos.context import ChaosError, Context, utcnow
-from gameday.platforms import PlatformError, SubmitRequest, Workload
+from platforms import PlatformError, SubmitRequest, Workload
 
 __all__ = [
     "api_ready",

@@ -126,7 +126,7 @@ def acknowledged_submissions_present(configuration: Configuration = None,
                                      secrets: Secrets = None) -> dict:
     """Every acknowledged (project, idempotency key) in this run's client ledgers is in the
     store: the durability promise, checked right now rather than only at the end."""
-    from controlplane.restore_reconcile import load_operations, lost_acknowledgements, read_ledgers
+    from infra.local.restore_reconcile import load_operations, lost_acknowledgements, read_ledgers
 
     ctx = Context.from_configuration(configuration)
     ledger = read_ledgers(_ledger_files(ctx.run_dir))

@@ -180,8 +180,8 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
     queue->dispatched latency, API replica RSS."""
 
     from controlplane.db import migrate
-    from controlplane.launch import ControlPlane
-    from gameday.pgserver import PostgresServer
+    from infra.local.launch import ControlPlane
+    from infra.local.pgserver import PostgresServer
 
     figures: dict[str, object] = {}
 

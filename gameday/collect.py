@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gameday.platforms import PlatformAdapter
+from platforms import PlatformAdapter
 
 
 class CollectError(Exception):
@@ -114,7 +114,7 @@ def s3_objects(bucket: str | None, region: str, path: Path, session: Any = None,
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from gameday.platforms.controlplane import write_objects
+    from platforms.controlplane import write_objects
 
     if not bucket:
         raise CollectError("snapshot/objects.jsonl: the target names no artifactBucket")

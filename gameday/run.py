@@ -5,9 +5,9 @@ experiment with Chaos Toolkit (rollbacks always, also on Ctrl-C), collect the ra
 a new run directory, evaluate it with slo/, print the verdict and exit with the gate's code.
 
 Cloud envs (dev/staging/prod) take the same path with three differences: the environment must
-exist (gameday/cloudenv.py, from the explicit ``--target`` file; no up/down), the lock is a
-Kubernetes Lease (gameday/cloudlock.py), and faults go through CloudFaults with a fault
-timeline (gameday/cloudfaults.py). SIGTERM counts as Ctrl-C there (a pod's deadline).
+exist (infra/cloud/env.py, from the explicit ``--target`` file; no up/down), the lock is a
+Kubernetes Lease (infra/cloud/lock.py), and faults go through CloudFaults with a fault
+timeline (infra/cloud/recorded.py). SIGTERM counts as Ctrl-C there (a pod's deadline).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gameday import collect
-from gameday.schedule import (
+from gameday.suites import SuiteError, experiment_names, load_experiment
+from infra.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,
     ScheduleError,
     active_freeze,
     load_freeze_windows,
 )
-from gameday.suites import SuiteError, experiment_names, load_experiment
 
 LOCAL_ENVS = ("local",)
 CLOUD_ENVS = ("dev", "staging", "prod")
@@ -155,7 +155,7 @@ def dry_run(opts: Options, names: list[str], console: Console) -> int:
 def _dry_run_cloud(opts: Options, console: Console) -> None:
     """What a live run would hit, from the target file alone (no credentials, no API call);
     a target a live run would refuse is reported here, without failing the dry run."""
-    from gameday.cloudenv import CloudEnvError, CloudTargetFile
+    from infra.cloud.env import CloudEnvError, CloudTargetFile
 
     assert opts.target is not None
     try:
@@ -291,7 +291,7 @@ def run_gameday(opts: Options, console: Console) -> int:
 def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     """dev/staging/prod: the environment must exist already (no up/down); the lock is a Lease
     in the cluster; faults go through CloudFaults, recorded in the environment's timeline."""
-    from gameday.cloudenv import CloudEnvError, CloudEnvironment
+    from infra.cloud.env import CloudEnvError, CloudEnvironment
 
     assert opts.target is not None  # preflight refused a cloud env without one
     if opts.platform != "controlplane":
@@ -341,10 +341,9 @@ def _sigterm_as_interrupt() -> Any:
 
 def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
                 console: Console, lock: Any = None) -> int:
-    from chaos.drivers.local import LocalFaults
-    from gameday.platforms import get_adapter
     from loadtests import runner
     from loadtests.scenario import load_scenario
+    from platforms import get_adapter
 
     run_dir.mkdir(parents=True)
     started_at = collect.utcnow()
@@ -359,7 +358,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         info["target"] = env.describe()
         collect.write_run_json(run_dir, info)
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
-    driver = env.driver if cloud else LocalFaults(env)
+    driver = env.driver
     eps = env.endpoints
     if opts.platform == "controlplane":
         scenario = load_scenario(opts.load_scenario)
@@ -371,7 +370,7 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         load = runner.start_background(scenario, eps["api"], token, run_dir,
                                        s3_endpoint=eps.get("s3"), allow_remote=cloud)
     else:  # other platforms: the same evidence files, made through the adapter
-        from gameday.platforms import load as adapter_load
+        from platforms import load as adapter_load
 
         project = getattr(adapter, "project", opts.platform)
         load = adapter_load.start_background(

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.launch import ControlPlane
-from gameday.pgserver import PostgresServer
+from infra.local.launch import ControlPlane
+from infra.local.pgserver import PostgresServer
 
 # the recorded-cluster Kubernetes stub (`fake_cluster`), used by tests/chaos and tests/gameday
 pytest_plugins = ["tests.chaos.fake_kube"]

@@ -8,7 +8,7 @@
   ConfigMap so the cluster follows the repository's windows at deploy time, not the image's;
 - least privilege: its own service account ``gameday`` with exactly the Kubernetes verbs the
   cloud fault drivers call (docs/chaos-cloud.md) plus the game-day Lease (the in-cluster lock,
-  gameday/cloudlock.py), and an IRSA role scoped to this stack's RDS instance, artifact bucket
+  infra/cloud/lock.py), and an IRSA role scoped to this stack's RDS instance, artifact bucket
   and workload node groups (``identity.game_day_identity``);
 - credentials (store DSN, agent token, its project's token) come from Secrets as env vars,
   never from the ConfigMap; the target file only names the variables;
@@ -27,7 +27,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gameday.cloudlock import LEASE_NAME
+from infra.cloud.lock import LEASE_NAME
 from infra.components.common import TYPE_PREFIX, Naming, child
 from infra.config import ConfigError, GameDayConfig
 
@@ -46,7 +46,7 @@ API_SERVICE, API_PORT = "controlplane-api", 8080
 # Observability component installs it when observability.installPrometheusStack is on.
 PROMETHEUS_URL = "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
 # Credentials of the runner, as env vars from Secrets (never in the ConfigMap; the target file
-# names the variables: gameday/cloudenv.py). (env var, secret, key)
+# names the variables: infra/cloud/env.py). (env var, secret, key)
 DB_SECRET, AGENT_TOKEN_SECRET = "controlplane-db", "controlplane-agent-token"
 PROJECT_TOKEN_SECRET = "gameday-project-token"  # created by the operator, like the agent token
 PLATFORM_PROJECT = "gameday"  # the control-plane project the game day submits as
@@ -67,7 +67,7 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 # this CronJob's own pod and is out of the role's reach.
 WORKLOAD_POOLS = ("cpu", "gpu")
 
-# Kubernetes verbs the cloud drivers call (chaos/drivers/kubernetes.py, chaosk8s), nothing more.
+# Kubernetes verbs the cloud drivers call (infra/cloud/kubernetes.py, chaosk8s), nothing more.
 CONTROL_PLANE_RULES: list[dict[str, Any]] = [
     # kill: list + delete one pod; hang/partition: label the target pods (patch).
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete", "patch"]},
@@ -84,7 +84,7 @@ WORKLOAD_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
      "verbs": ["get", "list", "update"]},
 ]
-# The one-game-day-at-a-time lock (gameday/cloudlock.py): create the Lease once, then read,
+# The one-game-day-at-a-time lock (infra/cloud/lock.py): create the Lease once, then read,
 # renew, take over when expired and release it by update. resourceNames cannot restrict
 # create (the name is not known to the authorizer before the object exists).
 LEASE_RULES: list[dict[str, Any]] = [
@@ -130,7 +130,7 @@ def args_for(cfg: GameDayConfig, environment: str) -> list[str]:
 def freeze_windows_text(path: Path = FREEZE_FILE) -> str:
     """The declared freeze windows, validated here so a broken file stops `pulumi up`
     instead of silently disabling the guard in the cluster."""
-    from gameday.schedule import ScheduleError, load_freeze_windows
+    from infra.schedule import ScheduleError, load_freeze_windows
 
     if not path.exists():
         raise ConfigError(f"scheduled game days need the freeze windows file {path}")
@@ -143,13 +143,13 @@ def freeze_windows_text(path: Path = FREEZE_FILE) -> str:
 
 def _target(inputs: GameDayInputs, project: str, stack: str, image: pulumi.Input[str]
             ) -> pulumi.Output[str]:
-    """The target file of ``gameday gate --target`` (gameday/cloudenv.py): what the cloud
-    fault drivers read (chaos/drivers/cloud.py ``CloudTarget.KEYS``) plus the runner's keys,
+    """The target file of ``gameday gate --target`` (infra/cloud/env.py): what the cloud
+    fault drivers read (infra/cloud/driver.py ``CloudTarget.KEYS``) plus the runner's keys,
     built from what this program declares. Credentials are not in it: it only names the env
     vars that hold them (``CREDENTIALS``)."""
     def render(image: str, buckets: list[str]) -> str:
         return json.dumps({
-            # runner keys (gameday/cloudenv.py)
+            # runner keys (infra/cloud/env.py)
             "apiUrl": f"http://{API_SERVICE}.{inputs.namespace}.svc:{API_PORT}",
             "prometheusUrl": PROMETHEUS_URL,
             # the control-plane image carries the sample training workload (controlplane/workload)

@@ -9,7 +9,7 @@ restore order of runbooks/db-primary-loss.md (B) as code.
 ``reopen()``    step 6: reconciler, then agents, then the API replicas
 
 Step 5 (reconciliation with object storage and the client ledgers) is
-:mod:`controlplane.restore_reconcile`; it runs between ``restore`` and ``reopen`` against the
+:mod:`infra.local.restore_reconcile`; it runs between ``restore`` and ``reopen`` against the
 database directly, while clients still get 503.
 """
 
@@ -106,10 +106,10 @@ class DatabaseBackups:
     def lose(self) -> dict[str, Any]:
         """Both members and their data gone (storage loss): only a backup brings the data back."""
         f = self.env.faults
-        if f._is_active("database_lost", "database"):
+        if f.is_active("database_lost", "database"):
             return {"target": "database", "already": True}
         ts = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        line = f._begin("database_lost", "database", {"members": ["pg-0", "pg-1"],
+        line = f.begin("database_lost", "database", {"members": ["pg-0", "pg-1"],
                                                       "moved_to": f"data.lost-{ts}"})
         for member in ("pg-0", "pg-1"):
             if self.env.component_pids(member):
@@ -175,7 +175,7 @@ class DatabaseBackups:
         steps["migrated_fenced_s"] = round(time.monotonic() - t0, 3)
         details = {"backup": backup["id"], "restore_point": backup["restore_point"],
                    "schema_head": head, "fencing_token_floor": fencing, **steps}
-        if not f._end("database_lost", "database", details):
+        if not f.end("database_lost", "database", details):
             f.timeline.record("note", "database_restored", "database", details)
         return details
 
@@ -195,8 +195,8 @@ class DatabaseBackups:
     def reconcile(self, restored: dict[str, Any], ledger_files: list[Path]) -> dict[str, Any]:
         """Step 5, intake still closed: quarantine what the restored store does not know and
         list the lost acknowledgements to replay once intake is open (``replay_pending``)."""
-        from controlplane.restore_reconcile import read_ledgers, reconcile
         from controlplane.storage import StorageConfig, make_s3_client
+        from infra.local.restore_reconcile import read_ledgers, reconcile
 
         eps, t0 = self.env.endpoints, time.monotonic()
         s3 = make_s3_client(StorageConfig(eps.get("s3_direct") or eps["s3"], bucket=eps["bucket"],
@@ -212,7 +212,7 @@ class DatabaseBackups:
         """After the reopen: re-create each lost acknowledged submission under the operation
         id and idempotency key its client holds (admin restore route). ``pending``: the
         reconciliation's ``replay_pending`` (ledger lines, each with its ``restore_id``)."""
-        from controlplane.restore_reconcile import LedgerLine, replay
+        from infra.local.restore_reconcile import LedgerLine, replay
 
         admin = self.env.tokens.get("admin")
         if not admin:

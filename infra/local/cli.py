@@ -310,7 +310,7 @@ def _lose_db(f: Any) -> dict[str, Any]:
 _fault_command("lose-db", "Lose both database members and their data (moved aside): only "
                "`gameday env restore-db` brings the store back.", _lose_db)
 _fault_command("restore-all", "Undo every active fault (restart, resume, reconnect).",
-               lambda f: {"restored": f.restore_everything()})
+               lambda f: {"restored": f.restore_all()})
 
 
 @fault_group.command("list")

@@ -38,6 +38,7 @@ from typing import Any
 import click
 import httpx
 
+from infra.environment import poll
 from infra.local import procs
 from infra.local.components import (
     APP_DB,
@@ -188,6 +189,15 @@ class LocalEnvironment:
         if self._faults is None:
             self._faults = FaultInjector(self)
         return self._faults
+
+    def applicability(self, experiment: str) -> str | None:
+        """Every experiment is written for the local topology: all apply."""
+        return None
+
+    @property
+    def driver(self) -> Any:
+        """The fault driver (infra/environment.py FaultDriver): the injector itself."""
+        return self.faults
 
     # -- endpoints --------------------------------------------------------------------------
     @property
@@ -354,11 +364,9 @@ class LocalEnvironment:
             return False
 
     def wait_db_writable(self, timeout: float) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            if self.db_writable():
-                return time.monotonic() - start
-            time.sleep(0.1)
+        seconds = poll(self.db_writable, timeout, 0.1)
+        if seconds is not None:
+            return seconds
         raise ComponentUnhealthy(self.db_leader() or "pg-0",
                                  f"no write through HAProxy committed within {timeout:.0f} s",
                                  tail(self.log_file(self.db_leader() or "pg-0")))
@@ -661,7 +669,7 @@ class LocalEnvironment:
         if not self.info and not self.state_dir.exists():
             raise NotRunning(f"environment {self.name!r} has no state at {self.state_dir}")
         if self.info:
-            self.faults.restore_all(reason="down")
+            self.faults.close_all(reason="down")
         left = self._teardown()
         left += procs.marked_processes(self.state_dir)
         if left:

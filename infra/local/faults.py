@@ -67,6 +67,11 @@ class Timeline:
 
 
 class FaultInjector:
+    """The local environment's fault driver (infra/environment.py FaultDriver): every fault
+    primitive on real processes and proxy routes, each recorded on the fault timeline."""
+
+    name = "local"
+
     def __init__(self, env: LocalEnvironment) -> None:
         self.env = env
         self.timeline = Timeline(env.timeline_file)
@@ -79,7 +84,9 @@ class FaultInjector:
         except FileNotFoundError:
             return {}
 
-    def _begin(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
+    def begin(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
+        """Record that ``fault`` on ``target`` is in effect from now (timeline + active set).
+        For fault mechanisms outside this class (e.g. losing the database in backup.py)."""
         active = self.active()
         line = self.timeline.record("fault_start", fault, target, details)
         active[f"{fault}:{target}"] = {"fault": fault, "target": target, "since": line["time"],
@@ -87,7 +94,8 @@ class FaultInjector:
         self.active_file.write_text(json.dumps(active, indent=2))
         return line
 
-    def _end(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any] | None:
+    def end(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any] | None:
+        """Record that the fault is over; None when it was not active (nothing recorded)."""
         active = self.active()
         if active.pop(f"{fault}:{target}", None) is None:
             return None
@@ -95,7 +103,7 @@ class FaultInjector:
         self.active_file.write_text(json.dumps(active, indent=2))
         return line
 
-    def _is_active(self, fault: str, target: str) -> bool:
+    def is_active(self, fault: str, target: str) -> bool:
         return f"{fault}:{target}" in self.active()
 
     def resolve(self, target: str) -> tuple[str, bool]:
@@ -140,12 +148,12 @@ class FaultInjector:
         """SIGKILL a component (or one replica) with all its child processes."""
         component, pg_only = self.resolve(target)
         name = f"{component}/postgres" if pg_only else component
-        if self._is_active("kill", name) or self._is_active("stop", name):
+        if self.is_active("kill", name) or self.is_active("stop", name):
             return {"target": name, "already": True}
         pids = self.env.component_pids(component, postgres_only=pg_only)
         if not pids:
             raise NotRunning(f"{name} is not running")
-        line = self._begin("kill", name, {"signal": "SIGKILL", "pids": pids, "alias": target})
+        line = self.begin("kill", name, {"signal": "SIGKILL", "pids": pids, "alias": target})
         self._signal_component(component, signal.SIGKILL, pg_only)
         left = procs.wait_gone(pids, 5.0)
         if left:
@@ -157,12 +165,12 @@ class FaultInjector:
         component, pg_only = self.resolve(target)
         if pg_only:
             raise UnknownTarget("stop applies to whole components; use kill for 'member/postgres'")
-        if self._is_active("stop", component) or self._is_active("kill", component):
+        if self.is_active("stop", component) or self.is_active("kill", component):
             return {"target": component, "already": True}
         pids = self.env.component_pids(component)
         if not pids:
             raise NotRunning(f"{component} is not running")
-        line = self._begin("stop", component, {"signal": "SIGTERM", "pids": pids, "alias": target})
+        line = self.begin("stop", component, {"signal": "SIGTERM", "pids": pids, "alias": target})
         record = self.env.pid_record(component)
         if record:
             procs.signal_group(record["pgid"], signal.SIGCONT)
@@ -175,9 +183,14 @@ class FaultInjector:
         return {"target": component, "pids": pids, "time": line["time"], "forced": bool(left)}
 
     def start(self, target: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Inverse of kill/stop: re-launch the component as `up` did and wait until healthy."""
+        """Inverse of kill/stop: re-launch the component as `up` did and wait until healthy.
+        Idempotent: a component that runs and is not down by a fault is only waited for."""
         component, pg_only = self.resolve(target)
         name = f"{component}/postgres" if pg_only else component
+        down = self.is_active("kill", name) or self.is_active("stop", name)
+        if not pg_only and not down and self.env.main_pid(component):
+            self.env.wait_healthy([component], timeout)
+            return {"target": name, "already": True}
         started = time.monotonic()
         if pg_only:
             # Patroni restarts its own postgres (as a replica after a failover); wait for it.
@@ -191,19 +204,19 @@ class FaultInjector:
         details = {"recovered_seconds": round(time.monotonic() - started, 3),
                    "pid": self.env.main_pid(component)}
         for fault in ("kill", "stop"):
-            self._end(fault, name, details)
+            self.end(fault, name, details)
         return {"target": name, **details}
 
     def hang(self, target: str) -> dict[str, Any]:
         """SIGSTOP every process of a component: it keeps its sockets but answers nothing."""
         component, pg_only = self.resolve(target)
         name = f"{component}/postgres" if pg_only else component
-        if self._is_active("hang", name):
+        if self.is_active("hang", name):
             return {"target": name, "already": True}
         pids = self.env.component_pids(component, postgres_only=pg_only)
         if not pids:
             raise NotRunning(f"{name} is not running")
-        line = self._begin("hang", name, {"signal": "SIGSTOP", "pids": pids, "alias": target})
+        line = self.begin("hang", name, {"signal": "SIGSTOP", "pids": pids, "alias": target})
         self._signal_component(component, signal.SIGSTOP, pg_only)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -217,7 +230,7 @@ class FaultInjector:
         component, pg_only = self.resolve(target)
         name = f"{component}/postgres" if pg_only else component
         pids = self._signal_component(component, signal.SIGCONT, pg_only)
-        line = self._end("hang", name, {"signal": "SIGCONT", "pids": pids})
+        line = self.end("hang", name, {"signal": "SIGCONT", "pids": pids})
         return {"target": name, "pids": pids, "time": line["time"] if line else None}
 
     # -- database ---------------------------------------------------------------------------
@@ -232,12 +245,12 @@ class FaultInjector:
         if candidate is None or candidate == leader or candidate not in roles:
             raise EnvError(f"no eligible failover candidate (roles {roles}, asked {candidate!r})")
         started = time.monotonic()
-        line = self._begin("failover_db", "database", {"from": leader, "to": candidate})
+        line = self.begin("failover_db", "database", {"from": leader, "to": candidate})
         rest = self.env.components[candidate].ports["rest"]
         response = httpx.post(f"http://127.0.0.1:{rest}/failover", json={"candidate": candidate},
                               timeout=timeout)
         if response.status_code != 200:
-            self._end("failover_db", "database", {"error": response.text.strip()})
+            self.end("failover_db", "database", {"error": response.text.strip()})
             raise EnvError(f"Patroni refused the failover to {candidate}: HTTP {response.status_code} "
                            f"{response.text.strip()}")
         deadline = time.monotonic() + timeout
@@ -251,7 +264,7 @@ class FaultInjector:
         redundant = round(time.monotonic() - started, 3)
         details = {"from": leader, "to": candidate, "writable_after_s": seconds,
                    "sync_standby_after_s": redundant}
-        self._end("failover_db", "database", details)
+        self.end("failover_db", "database", details)
         return {**details, "time": line["time"]}
 
     # -- network faults through the fault proxy ---------------------------------------------
@@ -268,15 +281,15 @@ class FaultInjector:
     def _proxy_fault(self, fault: str, target: str, route: str, mode: str) -> dict[str, Any]:
         if mode not in PROXY_MODES:
             raise EnvError(f"mode {mode!r} is not one of {PROXY_MODES}")
-        if self._is_active(fault, target):
+        if self.is_active(fault, target):
             return {"target": target, "already": True}
-        line = self._begin(fault, target, {"route": route, "mode": mode})
+        line = self.begin(fault, target, {"route": route, "mode": mode})
         self._route(route, mode)
         return {"target": target, "mode": mode, "time": line["time"]}
 
     def _proxy_heal(self, fault: str, target: str, route: str) -> dict[str, Any]:
         self._route(route, "pass")
-        line = self._end(fault, target, {"route": route, "mode": "pass"})
+        line = self.end(fault, target, {"route": route, "mode": "pass"})
         return {"target": target, "time": line["time"] if line else None}
 
     def artifact_store_unreachable(self, mode: str = "blackhole") -> dict[str, Any]:
@@ -334,10 +347,10 @@ class FaultInjector:
     def withdraw_pool(self, pool: str, grace: float = 5.0) -> dict[str, Any]:
         """Stop every agent of a pool (node group scaled to zero)."""
         members = self._pool_agents(pool)
-        if self._is_active("withdraw_pool", pool):
+        if self.is_active("withdraw_pool", pool):
             return {"target": pool, "already": True}
         pids = {m: self.env.component_pids(m) for m in members}
-        line = self._begin("withdraw_pool", pool, {"agents": members})
+        line = self.begin("withdraw_pool", pool, {"agents": members})
         for member in members:
             record = self.env.pid_record(member)
             if record:
@@ -350,17 +363,20 @@ class FaultInjector:
         return {"target": pool, "agents": members, "time": line["time"]}
 
     def restore_pool(self, pool: str, timeout: float = 60.0) -> dict[str, Any]:
+        if not self.is_active("withdraw_pool", pool):
+            return {"target": pool, "already": True}
         members = self._pool_agents(pool)
         for member in members:
             procs.wait_reaped(self.env.component_pids(member), 3.0)
             self.env.spawn(member)
         self.env.wait_healthy(members, timeout)
-        line = self._end("withdraw_pool", pool, {"agents": members})
+        line = self.end("withdraw_pool", pool, {"agents": members})
         return {"target": pool, "agents": members, "time": line["time"] if line else None}
 
     # -- all --------------------------------------------------------------------------------
-    def restore_all(self, reason: str = "restore_all") -> list[str]:
-        """Record the end of every active fault; revert the ones that outlive processes."""
+    def close_all(self, reason: str) -> list[str]:
+        """Record the end of every active fault and revert the ones that outlive processes,
+        without restarting anything (the environment is going down)."""
         restored = []
         for key, fault in self.active().items():
             if fault["fault"] in ("artifact_store_unreachable", "registry_unreachable",
@@ -376,14 +392,15 @@ class FaultInjector:
                 component = fault["target"].split("/")[0]
                 if component in self.env.components:
                     self._signal_component(component, signal.SIGCONT, fault["target"].endswith("/postgres"))
-            self._end(fault["fault"], fault["target"], {"restored_by": reason})
+            self.end(fault["fault"], fault["target"], {"restored_by": reason})
             restored.append(key)
         return restored
 
-    def restore_everything(self) -> list[str]:
-        """Undo every active fault for real (restart what was killed), e.g. between experiments."""
+    def restore_all(self) -> list[str]:
+        """Undo every active fault for real (restart what was killed, heal every route), e.g.
+        between experiments. Safe to call any number of times."""
         restored = []
-        if self._is_active("database_lost", "database"):
+        if self.is_active("database_lost", "database"):
             # first: the restore order stops and restarts everything else itself
             from infra.local.backup import DatabaseBackups
 
@@ -408,7 +425,7 @@ class FaultInjector:
             elif kind == "withdraw_pool":
                 self.restore_pool(target)
             else:
-                self._end(kind, target, {"restored_by": "restore_everything"})
+                self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)
         return restored
 

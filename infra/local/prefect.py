@@ -13,7 +13,7 @@ calls :func:`port_names`, :func:`build_components` and :func:`up`.
   child processes. Component label ``pool`` = ``prefect-<pool>`` so the fault injector's
   ``withdraw_pool`` treats them like a node group (``PrefectAdapter.fault_targets`` maps
   ``pool:cpu`` -> ``prefect-cpu``).
-- deployments: one per work pool for ``gameday.platforms.prefect_flow.gameday_train``, created
+- deployments: one per work pool for ``platforms.prefect_flow.gameday_train``, created
   through the REST API (module-path entrypoint: the project is installed into .venv-prefect).
 """
 
@@ -41,7 +41,7 @@ DB_NAME = "prefect"
 DB_USER = "prefect"
 SERVER = "prefect-server"
 FLOW_NAME = "gameday-train"
-ENTRYPOINT = "gameday.platforms.prefect_flow.gameday_train"
+ENTRYPOINT = "platforms.prefect_flow.gameday_train"
 
 
 @dataclass(frozen=True)

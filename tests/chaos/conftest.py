@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.drivers.cloud import FaultState
-from chaos.drivers.kubernetes import KubernetesFaults, KubeTarget
+from infra.cloud.driver import FaultState
+from infra.cloud.kubernetes import KubernetesFaults, KubeTarget
 from tests.chaos.fake_kube import FakeCluster
 
 

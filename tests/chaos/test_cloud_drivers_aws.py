@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from chaos.drivers.aws import DENY_SID, AwsFaultError, AwsFaults, AwsTarget
-from chaos.drivers.cloud import FaultState
+from infra.cloud.aws import DENY_SID, AwsFaultError, AwsFaults, AwsTarget
+from infra.cloud.driver import FaultState
 
 REGION, CLUSTER, BUCKET = "eu-west-1", "mlplatform-dev", "mlplatform-dev-artifacts-bucket-1a2b3c"
 TLS_ONLY = json.dumps({"Version": "2012-10-17", "Statement": [{

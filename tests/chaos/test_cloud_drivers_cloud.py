@@ -12,8 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from chaos.drivers.base import FaultDriver
-from chaos.drivers.cloud import CloudConfigError, CloudFaults, ProdRefused
+from infra.cloud.driver import CloudConfigError, CloudFaults, ProdRefused
+from infra.environment import FaultDriver
 from tests.chaos.fake_kube import FakeCluster
 from tests.chaos.test_cloud_drivers_aws import (
     BUCKET,

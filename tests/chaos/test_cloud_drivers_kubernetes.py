@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chaos.drivers.kubernetes import FAULT_LABEL, KubernetesFaultError, KubernetesFaults
+from infra.cloud.kubernetes import FAULT_LABEL, KubernetesFaultError, KubernetesFaults
 from tests.chaos.fake_kube import FakeCluster
 
 CP = "mlp-controlplane"
@@ -159,7 +159,7 @@ def test_kubernetes_withdraw_empty_gpu_pool_records_nothing_to_undo_stubbed_clie
 
 def test_kubernetes_names_match_infra_program_stubbed_client() -> None:
     pytest.importorskip("pulumi")
-    from chaos.drivers import kubernetes as drv
+    from infra.cloud import kubernetes as drv
     from infra.components.common import POOL_LABEL
     from infra.components.controlplane import ControlPlane
 

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from controlplane.launch import ControlPlane
+from infra.local.launch import ControlPlane
 
 from .helpers import Api, spec
 
@@ -159,8 +159,8 @@ def test_health_metrics_and_openapi(user: Api, cp_stack: ControlPlane) -> None:
 
 
 def test_readyz_fails_when_database_unreachable(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controlplane.launch import gameday_cmd, spawn, wait_http
-    from gameday.pgserver import free_port
+    from infra.local.launch import gameday_cmd, spawn, wait_http
+    from infra.local.pgserver import free_port
 
     port, dead = free_port(), free_port()
     p = spawn("api-nodb", gameday_cmd("controlplane", "api", "--port", str(port)), tmp_path,

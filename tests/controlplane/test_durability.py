@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-from controlplane.launch import ControlPlane, gameday_cmd, spawn, wait_http
+from infra.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
 
 from .helpers import wait_for
 

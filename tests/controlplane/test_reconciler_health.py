@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from controlplane.health import ReconcilerHealth, default_stall_seconds, serve
-from controlplane.launch import Proc, gameday_cmd, spawn, wait_http
 from controlplane.reconciler import Reconciler, ReconcilerSettings
-from gameday.pgserver import PostgresServer, free_port
+from infra.local.launch import Proc, gameday_cmd, spawn, wait_http
+from infra.local.pgserver import PostgresServer, free_port
 
 
 def start_reconciler(dsn: str, logdir: Path, *extra: str) -> tuple[Proc, str]:

@@ -14,8 +14,8 @@ import httpx
 import psycopg
 import pytest
 
-from controlplane.launch import ControlPlane
-from controlplane.restore_reconcile import LedgerLine, replay
+from infra.local.launch import ControlPlane
+from infra.local.restore_reconcile import LedgerLine, replay
 
 from .helpers import Api, spec
 

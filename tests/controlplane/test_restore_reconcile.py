@@ -1,4 +1,4 @@
-"""The reconciliation step after a database restore (controlplane/restore_reconcile.py): the
+"""The reconciliation step after a database restore (infra/local/restore_reconcile.py): the
 pure plan, and the ledger reader's errors. The real restore is exercised end to end in
 tests/gameday/test_db_restore.py."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.restore_reconcile import LedgerLine, StoredOperation, plan, read_ledgers
+from infra.local.restore_reconcile import LedgerLine, StoredOperation, plan, read_ledgers
 
 RESTORE_POINT = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
 BODY = {"name": "x", "workload": {"kind": "train"}}

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from controlplane.launch import ControlPlane
+from infra.local.launch import ControlPlane
 
 from .helpers import Api, claim_one, spec, wait_for, wait_state
 

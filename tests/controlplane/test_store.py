@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from controlplane.launch import gameday_cmd
 from controlplane.states import OpState
 from controlplane.store import auth, operations
 from controlplane.store.transitions import transition
+from infra.local.launch import gameday_cmd
 
 
 def _seed(dsn: str) -> str:

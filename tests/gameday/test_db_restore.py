@@ -52,7 +52,7 @@ def test_restore_rehearsal_passes_the_gate_with_nothing_acknowledged_lost(home: 
 
 
 def _submit(adapter: object, ledger: Path, n: int) -> list[str]:
-    from gameday.platforms import SubmitRequest, Workload
+    from platforms import SubmitRequest, Workload
 
     ids = []
     for _ in range(n):
@@ -80,8 +80,8 @@ def _wait_succeeded(adapter: object, ids: list[str], timeout: float = 90) -> Non
 def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Path,
                                                                        tmp_path: Path) -> None:
     from chaos.restore import acknowledged_submissions_present
-    from gameday.platforms.controlplane import ControlPlaneAdapter
     from infra.local.env import LocalEnvironment
+    from platforms.controlplane import ControlPlaneAdapter
 
     run_dir = tmp_path / "client"
     run_dir.mkdir()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gameday.schedule import (
+from infra.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,
     ScheduleError,

@@ -239,7 +239,7 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
 
 # -- the target description -------------------------------------------------------------------------
 def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tmp_path: Path) -> None:
-    from chaos.drivers.cloud import CloudTarget
+    from infra.cloud.driver import CloudTarget
 
     run = runs["staging"]
     cm = run.one("kubernetes:core/v1:ConfigMap", "gameday-target").props
@@ -265,7 +265,7 @@ def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tm
     }
     # The runner accepts it as is for `--env staging`, and hands the driver keys to the cloud
     # drivers (which refuse unknown keys).
-    from gameday.cloudenv import CloudTargetFile
+    from infra.cloud.env import CloudTargetFile
 
     path = tmp_path / "target.json"
     path.write_text(cm["data"]["target.json"])

@@ -16,8 +16,8 @@ import boto3
 import httpx
 import pytest
 
-from controlplane.launch import ControlPlane, gameday_cmd
-from gameday.pgserver import free_port
+from infra.local.launch import ControlPlane, gameday_cmd
+from infra.local.pgserver import free_port
 from tests.controlplane.helpers import Api, claim_one, spec
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from controlplane.launch import ControlPlane, gameday_cmd, spawn, wait_http
+from infra.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
 from loadtests.runner import ExitCode, start_background
 from slo.evidence import LedgerEntry, RequestRecord
 

@@ -50,4 +50,4 @@ def env(local_env: LocalEnvironment) -> Iterator[LocalEnvironment]:
     """The session environment; whatever a test breaks is undone after it."""
     yield local_env
     if local_env.is_running():
-        local_env.faults.restore_everything()
+        local_env.faults.restore_all()

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gameday.pgserver import PostgresServer, free_port
 from infra.local import prefect as pf
+from infra.local.pgserver import PostgresServer, free_port
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -1,4 +1,4 @@
-"""The adapter contract (gameday/platforms/base.py, docs/adapters.md): one suite, every adapter.
+"""The adapter contract (platforms/base.py, docs/adapters.md): one suite, every adapter.
 
 Each adapter runs against its real platform (our control plane on PostgreSQL; Prefect 3 server +
 process worker on PostgreSQL), with a moto S3 server as the artifact store. A platform that
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gameday.platforms import PlatformAdapter, PlatformError, SubmitRequest, Workload
-from gameday.platforms.controlplane import ControlPlaneAdapter
-from gameday.platforms.prefect import FINDINGS, PrefectAdapter
+from platforms import PlatformAdapter, PlatformError, SubmitRequest, Workload
+from platforms.controlplane import ControlPlaneAdapter
+from platforms.prefect import FINDINGS, PrefectAdapter
 from slo.evidence import Attempt, Event, Operation, StoredObject, _read_jsonl
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "chaos" /

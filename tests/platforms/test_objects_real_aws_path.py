@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from gameday.platforms import PlatformError
-from gameday.platforms.controlplane import (
+from platforms import PlatformError
+from platforms.controlplane import (
     ControlPlaneAdapter,
     s3_client,
     snapshot_objects,

@@ -3,7 +3,7 @@
 Targets are what ``infra/`` creates: the RDS instance ``<project>-<stack>-controlplane``,
 the artifact bucket(s), and the EKS managed node groups ``<project>-<stack>-<pool>`` whose
 instances carry the ``eks:nodegroup-name`` tag. Changes with an inverse (bucket policy,
-node-group sizes) are written to the :class:`~chaos.drivers.cloud.FaultState` file before
+node-group sizes) are written to the :class:`~infra.cloud.driver.FaultState` file before
 they are made, so a crashed run can still be rolled back.
 """
 
@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from chaoslib.exceptions import ActivityFailed
 
 if TYPE_CHECKING:
-    from chaos.drivers.cloud import FaultState
+    from infra.cloud.driver import FaultState
 
 __all__ = ["DENY_SID", "AwsFaultError", "AwsFaults", "AwsTarget", "deny_statement"]
 

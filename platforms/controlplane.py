@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
+from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
 
 # Snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1), for the
 # operations created since the run started only: a store that outlives runs holds earlier runs'

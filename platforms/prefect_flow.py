@@ -14,7 +14,7 @@ timeline from Prefect's own log API: what Prefect drops (e.g. during an API outa
 from the evidence exactly as it is missing for a Prefect user.
 
 Deployed by ``infra.local.prefect.deploy`` with the module-path entrypoint
-``gameday.platforms.prefect_flow.gameday_train`` (the project is installed ``--no-deps -e`` into
+``platforms.prefect_flow.gameday_train`` (the project is installed ``--no-deps -e`` into
 ``.venv-prefect``, so no code download or pull step is needed, and no Docker).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-ENTRYPOINT = "gameday.platforms.prefect_flow.gameday_train"
+ENTRYPOINT = "platforms.prefect_flow.gameday_train"
 
 
 class _LogStream(io.TextIOBase):

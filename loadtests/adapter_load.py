@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gameday.platforms.base import PlatformAdapter, PlatformError, SubmitRequest, Workload
+from platforms.base import PlatformAdapter, PlatformError, SubmitRequest, Workload
 
 DEFAULT_WORKLOAD = Workload(steps=20, checkpoint_every=10, step_delay=0.02, name="gameday-load")
 
@@ -145,7 +145,7 @@ class AdapterLoad:
         with self._lock:
             requests = sum(self._routes.values())
             errors = sum(self._failed.values())
-            stats = {"generator": "gameday.platforms.load", "requests": requests,
+            stats = {"generator": "loadtests.adapter_load", "requests": requests,
                      "errors": errors, "acknowledged": self.acknowledged,
                      "abandoned": self.abandoned, "by_route": dict(self._routes),
                      "errors_by_route": dict(self._failed)}

@@ -1,5 +1,5 @@
 """The cloud fault driver (``dev`` / ``staging`` / ``prod``): Kubernetes + AWS behind one
-:class:`~chaos.drivers.base.FaultDriver`.
+:class:`~infra.environment.FaultDriver`.
 
 Routing of each primitive (docs/chaos-cloud.md has the details and permissions):
 
@@ -39,8 +39,8 @@ from typing import Any
 import boto3
 from chaoslib.exceptions import ActivityFailed
 
-from chaos.drivers.aws import AwsFaults, AwsTarget
-from chaos.drivers.kubernetes import KubernetesFaults, KubeTarget
+from infra.cloud.aws import AwsFaults, AwsTarget
+from infra.cloud.kubernetes import KubernetesFaults, KubeTarget
 
 __all__ = [
     "ENVIRONMENTS",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gameday.platforms.base import Ack, PlatformAdapter, PlatformError, SubmitRequest, Workload
+from platforms.base import Ack, PlatformAdapter, PlatformError, SubmitRequest, Workload
 
 __all__ = ["PLATFORMS", "Ack", "PlatformAdapter", "PlatformError", "SubmitRequest", "Workload",
            "get_adapter"]
@@ -11,11 +11,11 @@ __all__ = ["PLATFORMS", "Ack", "PlatformAdapter", "PlatformError", "SubmitReques
 def get_adapter(platform: str, endpoints: dict, tokens: dict) -> PlatformAdapter:
     """Build the adapter named ``platform`` from an environment's endpoints and tokens."""
     if platform == "controlplane":
-        from gameday.platforms.controlplane import ControlPlaneAdapter
+        from platforms.controlplane import ControlPlaneAdapter
 
         return ControlPlaneAdapter.from_env(endpoints, tokens)
     if platform == "prefect":  # [platform adapters] Prefect 3 over its REST API
-        from gameday.platforms.prefect import PrefectAdapter
+        from platforms.prefect import PrefectAdapter
 
         return PrefectAdapter.from_env(endpoints, tokens)
     raise PlatformError(f"unknown platform {platform!r}; known: {', '.join(PLATFORMS)}")

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from gameday.pgserver import free_port
 from infra.local import watchdog
+from infra.local.pgserver import free_port
 
 
 def gameday_cmd(*args: str) -> list[str]:

@@ -1,5 +1,5 @@
 """The cloud fault driver with a fault timeline: every primitive of
-:class:`chaos.drivers.cloud.CloudFaults`, each recorded in the environment's ``faults.jsonl``
+:class:`infra.cloud.driver.CloudFaults`, each recorded in the environment's ``faults.jsonl``
 (docs/CONTRACTS.md section 4) the way the local FaultInjector records its own.
 
 CloudFaults keeps only what it needs to *undo* (its state file); the evaluator needs *when*
@@ -36,12 +36,12 @@ SINGLE_TARGET = {"artifact_store_unreachable": "artifact-store", "registry_unrea
 
 
 class RecordedCloudFaults:
-    """A FaultDriver (chaos/drivers/base.py) around CloudFaults that writes the fault timeline."""
+    """A FaultDriver (infra/environment.py) around CloudFaults that writes the fault timeline."""
 
     name = "kubernetes+aws"
 
     def __init__(self, driver: Any, timeline: Timeline) -> None:
-        self.driver = driver  # chaos.drivers.cloud.CloudFaults
+        self.driver = driver  # infra.cloud.driver.CloudFaults
         self.timeline = timeline
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -80,7 +80,7 @@ class RecordedCloudFaults:
 
     # -- processes / replicas ---------------------------------------------------------------
     def kill(self, target: str) -> dict[str, Any]:
-        from chaos.drivers.cloud import DB_ALIASES
+        from infra.cloud.driver import DB_ALIASES
 
         # "primary/postgres" (the local crash of the primary's postgres) is the same class
         if target.partition("/")[0] in DB_ALIASES:  # on RDS: a forced Multi-AZ failover

@@ -8,7 +8,7 @@ control-plane namespace, selected by ``app.kubernetes.io/name=controlplane`` +
 
 Writes go through chaostoolkit-kubernetes (``chaosk8s``) where one of its actions fits;
 reads, pod labels and NetworkPolicy patches use the official client. Every change that has
-an inverse is written to the :class:`~chaos.drivers.cloud.FaultState` file *before* it is
+an inverse is written to the :class:`~infra.cloud.driver.FaultState` file *before* it is
 made, so ``restore_all`` can undo it after a crash.
 
 NetworkPolicies only ever *allow* (the allowed traffic of a pod is the union of every
@@ -38,7 +38,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 if TYPE_CHECKING:
-    from chaos.drivers.cloud import FaultState
+    from infra.cloud.driver import FaultState
 
 __all__ = [
     "FAULT_LABEL",

@@ -3,7 +3,7 @@ layer see it: the part of ``infra.local.env.LocalEnvironment`` they use (endpoin
 state dir, fault timeline, health, notes, agents), built from an explicit target file.
 
 There is no ``up``/``down`` here: a cloud environment is provisioned by ``pulumi up`` and must
-already exist. The target file is JSON: the keys of ``chaos.drivers.cloud.CloudTarget`` (the
+already exist. The target file is JSON: the keys of ``infra.cloud.driver.CloudTarget`` (the
 stack outputs the fault drivers need) plus the runner's own keys below. Credentials are never
 in the file: it names the environment variables that hold them (a Kubernetes Secret mounted
 as env vars in the CronJob), and their values are never printed or written to a run directory.
@@ -35,6 +35,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+
+from infra.environment import poll
 
 CLOUD_ENVS = ("dev", "staging", "prod")
 DEFAULT_SECRET_ENVS = {"adminDsnEnv": "GAMEDAY_ADMIN_DSN", "projectTokenEnv": "GAMEDAY_PROJECT_TOKEN",
@@ -82,7 +84,7 @@ class CloudTargetFile:
 
     @classmethod
     def load(cls, path: Path, env: str) -> CloudTargetFile:
-        from chaos.drivers.cloud import CloudConfigError, CloudTarget
+        from infra.cloud.driver import CloudConfigError, CloudTarget
 
         path = Path(path)
         try:
@@ -215,8 +217,8 @@ class CloudEnvironment:
     # -- fault driver and lock --------------------------------------------------------------
     @cached_property
     def driver(self) -> Any:
-        from chaos.drivers.cloud import CloudFaults
-        from gameday.cloudfaults import RecordedCloudFaults
+        from infra.cloud.driver import CloudFaults
+        from infra.cloud.recorded import RecordedCloudFaults
         from infra.local.faults import Timeline
 
         faults = CloudFaults(self.target.driver_config, self.fault_state_file,
@@ -232,7 +234,7 @@ class CloudEnvironment:
     def lock(self, holder: str) -> Any:
         from kubernetes import client
 
-        from gameday.cloudlock import LeaseLock
+        from infra.cloud.lock import LeaseLock
 
         return LeaseLock(client.CoordinationV1Api(self.kube_api()),
                          self.driver.driver.target.kube.namespace, holder,
@@ -264,11 +266,9 @@ class CloudEnvironment:
             return False
 
     def wait_db_writable(self, timeout: float) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            if self.db_writable():
-                return time.monotonic() - start
-            time.sleep(0.5)
+        seconds = poll(self.db_writable, timeout, 0.5)
+        if seconds is not None:
+            return seconds
         raise CloudEnvError(f"{self.name}: the control-plane database accepted no write "
                             f"within {timeout:.0f} s")
 

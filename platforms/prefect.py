@@ -38,8 +38,8 @@ from typing import Any
 
 import httpx
 
-from gameday.platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
-from gameday.platforms.controlplane import _write_jsonl, snapshot_objects
+from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
+from platforms.controlplane import _write_jsonl, snapshot_objects
 
 PROJECT = "prefect"
 EVENT_PREFIX = "@event "
@@ -250,7 +250,7 @@ class PrefectAdapter:
             return NOT_APPLICABLE[experiment]
         if experiment in APPLICABLE:
             return None
-        return "not assessed for Prefect yet (add it to gameday/platforms/prefect.py)"
+        return "not assessed for Prefect yet (add it to platforms/prefect.py)"
 
     # -- raw records -----------------------------------------------------------------------
     def _states(self, flow_run_id: str) -> list[dict[str, Any]]:

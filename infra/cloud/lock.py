@@ -1,7 +1,7 @@
 """The one-game-day-at-a-time lock of a cloud environment: a Kubernetes
 ``coordination.k8s.io/v1`` Lease in the control-plane namespace.
 
-A file lock (``gameday.schedule.GameDayLock``) only guards one filesystem; game-day pods each
+A file lock (``infra.schedule.GameDayLock``) only guards one filesystem; game-day pods each
 have their own, so in the cloud the lock lives in the cluster. Same interface as GameDayLock
 (``acquire(info)`` raises ScheduleError when held, ``release()``), so ``gameday run`` uses either.
 
@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gameday.schedule import ScheduleError
+from infra.schedule import ScheduleError
 
 LEASE_NAME = "gameday-lock"
 INFO_ANNOTATION = "gameday.platform/run"

@@ -1,1 +1,0 @@
-"""Fault drivers: one implementation of the fault primitives per environment kind."""
