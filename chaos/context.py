@@ -18,6 +18,7 @@ from typing import Any
 
 from infra.environment import FaultDriver
 from platforms import PlatformAdapter, get_adapter
+from slo.ledger import LedgerEntry, LedgerWriter
 
 DEFAULTS = {"gameday_env": "local", "gameday_home": "", "gameday_run_dir": "",
             "gameday_platform": "controlplane", "gameday_experiment": "adhoc"}
@@ -107,12 +108,7 @@ class Context:
         """Acknowledged submissions made by experiments count for durability like the load's:
         one client-ledger line per ack (docs/EVIDENCE.md), tagged with who submitted it."""
         project = getattr(self.platform, "project", "")
-        path = self.run_dir / "ledger-experiments.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            f.writelines(json.dumps({"operation_id": ack.operation_id,
-                                    "idempotency_key": ack.idempotency_key,
-                                    "acked_at": ack.acked_at, "project": project,
-                                    "status": ack.status, "source": source,
-                                    "request": ack.request}) + "\n" for ack in acks)
+        LedgerWriter(self.run_dir / "ledger-experiments.jsonl").append(
+            LedgerEntry(operation_id=ack.operation_id, idempotency_key=ack.idempotency_key,
+                        acked_at=ack.acked_at, project=project, status=ack.status,
+                        source=source, request=ack.request) for ack in acks)

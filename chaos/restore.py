@@ -126,11 +126,12 @@ def acknowledged_submissions_present(configuration: Configuration = None,
                                      secrets: Secrets = None) -> dict:
     """Every acknowledged (project, idempotency key) in this run's client ledgers is in the
     store: the durability promise, checked right now rather than only at the end."""
-    from infra.local.restore_reconcile import load_operations, lost_acknowledgements, read_ledgers
+    from infra.local.restore_reconcile import lost_acknowledgements
+    from slo import ledger
 
     ctx = Context.from_configuration(configuration)
-    ledger = read_ledgers(_ledger_files(ctx.run_dir))
+    entries = ledger.read(_ledger_files(ctx.run_dir), torn_tail_ok=True)
     missing = [x.idempotency_key for x in
-               lost_acknowledgements(load_operations(ctx.env.endpoints["dsn"]), ledger)]
-    return {"acknowledged": len({(x.project, x.idempotency_key) for x in ledger}),
+               lost_acknowledgements(ctx.platform.stored_operations(), entries)]
+    return {"acknowledged": len({(x.project, x.idempotency_key) for x in entries}),
             "missing": missing[:20], "missing_count": len(missing), "all_present": not missing}

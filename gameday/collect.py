@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 
 from platforms import PlatformAdapter
+from slo import ledger
+from slo.ledger import LedgerWriter
 
 
 class CollectError(Exception):
@@ -29,15 +31,10 @@ def _parse(t: str) -> datetime:
 
 def merge_ledgers(run_dir: Path) -> int:
     """Experiments' own acknowledged submissions join the load generator's ledger."""
-    ledger = run_dir / "ledger.jsonl"
-    extra = run_dir / "ledger-experiments.jsonl"
-    lines = ledger.read_text().splitlines() if ledger.exists() else []
-    if extra.exists():
-        lines += extra.read_text().splitlines()
-    rows = [json.loads(x) for x in lines if x.strip()]
-    rows.sort(key=lambda r: r["acked_at"])
-    ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return len(rows)
+    path = run_dir / "ledger.jsonl"
+    files = [p for p in (path, run_dir / "ledger-experiments.jsonl") if p.exists()]
+    entries = sorted(ledger.read(files, torn_tail_ok=True), key=lambda e: e.acked_at)
+    return LedgerWriter(path).replace(entries)
 
 
 def copy_faults(timeline: Path, run_dir: Path, since: datetime) -> int:

@@ -38,6 +38,7 @@ from infra.schedule import (
     active_freeze,
     load_freeze_windows,
 )
+from platforms import registry as platform_registry
 
 LOCAL_ENVS = ("local",)
 CLOUD_ENVS = ("dev", "staging", "prod")
@@ -294,9 +295,10 @@ def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     from infra.cloud.env import CloudEnvError, CloudEnvironment
 
     assert opts.target is not None  # preflight refused a cloud env without one
-    if opts.platform != "controlplane":
-        _say(console, f"[bold red]refused[/]: cloud game days target the control plane that "
-                      f"infra/ deploys (--platform controlplane), not {opts.platform!r}")
+    if not platform_registry.get(opts.platform).cloud:
+        _say(console, f"[bold red]refused[/]: cloud game days target what infra/ deploys; "
+                      f"platform {opts.platform!r} has no cloud deployment "
+                      "(platforms/registry.py)")
         return EXIT_REFUSED
     try:
         env = CloudEnvironment.from_target(opts.target, opts.env, home=opts.home,
@@ -341,8 +343,6 @@ def _sigterm_as_interrupt() -> Any:
 
 def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
                 console: Console, lock: Any = None) -> int:
-    from loadtests import runner
-    from loadtests.scenario import load_scenario
     from platforms import get_adapter
 
     run_dir.mkdir(parents=True)
@@ -360,21 +360,11 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
     driver = env.driver
     eps = env.endpoints
-    if opts.platform == "controlplane":
-        scenario = load_scenario(opts.load_scenario)
-        scenario = scenario.model_copy(update={"operation": scenario.operation.model_copy(
-            update={"image": eps["image"]})})
-        project, token = min(env.tokens["projects"].items())
-        # cloud: the load is aimed at the stack on purpose (allow_remote); no S3 endpoint URL
-        # there, so the artifact reader is off (its downloads need IAM, not a URL)
-        load = runner.start_background(scenario, eps["api"], token, run_dir,
-                                       s3_endpoint=eps.get("s3"), allow_remote=cloud)
-    else:  # other platforms: the same evidence files, made through the adapter
-        from platforms import load as adapter_load
-
-        project = getattr(adapter, "project", opts.platform)
-        load = adapter_load.start_background(
-            lambda: get_adapter(opts.platform, env.endpoints, env.tokens), run_dir)
+    project = getattr(adapter, "project", opts.platform)
+    # cloud: the load is aimed at the stack on purpose (allow_remote)
+    load = platform_registry.get(opts.platform).resolve("load")(
+        env, lambda: get_adapter(opts.platform, env.endpoints, env.tokens), run_dir,
+        opts.load_scenario, cloud)
     # Exactly the home this process resolved, absolute: Chaos Toolkit runs with the experiment
     # directory as its cwd, where a "$GAMEDAY_HOME or cwd" lookup would find no environment.
     env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),

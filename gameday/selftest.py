@@ -132,6 +132,7 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
     Local environment only; exit 0 when every defect was caught by its named objective."""
     from infra.local.env import LocalEnvironment
     from infra.local.errors import EnvError
+    from infra.local.platform import local_platform
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     home = resolve_home(None)
@@ -147,7 +148,7 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
             sys.exit(EXIT_REFUSED)
         started_env = True
     env = LocalEnvironment.load("local", home)
-    if env.info.get("platform", "controlplane") != "controlplane":
+    if not local_platform(env.info.get("platform", "controlplane")).CONTROLPLANE:
         console.print("[bold red]refused[/]: seeded defects exist for the reference control "
                       "plane only; this environment runs " + env.info["platform"])
         sys.exit(EXIT_REFUSED)

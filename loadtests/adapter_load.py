@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from platforms.base import PlatformAdapter, PlatformError, SubmitRequest, Workload
+from slo.ledger import LedgerEntry, LedgerWriter
 
 DEFAULT_WORKLOAD = Workload(steps=20, checkpoint_every=10, step_delay=0.02, name="gameday-load")
 
@@ -63,7 +64,7 @@ class AdapterLoad:
     def __post_init__(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._requests = open(self.out_dir / "requests.jsonl", "a")
-        self._ledger = open(self.out_dir / "ledger.jsonl", "a")
+        self._ledger = LedgerWriter(self.out_dir / "ledger.jsonl")
         self._rng = random.Random(self.seed)
 
     # -- records ---------------------------------------------------------------------------
@@ -104,11 +105,9 @@ class AdapterLoad:
                     backoff = min(backoff * 2, 3.0)
                     continue
                 with self._lock:
-                    self._ledger.write(json.dumps({
-                        "operation_id": ack.operation_id, "idempotency_key": k,
-                        "acked_at": ack.acked_at, "project": getattr(a, "project", ""),
-                        "status": ack.status, "source": "load"}) + "\n")
-                    self._ledger.flush()
+                    self._ledger.append([LedgerEntry(
+                        operation_id=ack.operation_id, idempotency_key=k, acked_at=ack.acked_at,
+                        project=getattr(a, "project", ""), status=ack.status, source="load")])
                     self.acknowledged += 1
                     self._ids.append(ack.operation_id)
                 break
@@ -150,7 +149,6 @@ class AdapterLoad:
                      "abandoned": self.abandoned, "by_route": dict(self._routes),
                      "errors_by_route": dict(self._failed)}
             self._requests.close()
-            self._ledger.close()
         (self.out_dir / "load_stats.json").write_text(json.dumps(stats, indent=2))
         ok = self.abandoned == 0 and self.acknowledged > 0
         reason = (f"{self.acknowledged} acknowledged, {self.abandoned} abandoned, "
@@ -162,3 +160,12 @@ class AdapterLoad:
 def start_background(factory: Callable[[], PlatformAdapter], out_dir: Path,
                      **kw: Any) -> AdapterLoad:
     return AdapterLoad(factory, out_dir, **kw).start()
+
+
+def start_for_platform(env: Any, adapter_factory: Callable[[], PlatformAdapter], out_dir: Path,
+                       scenario: str, allow_remote: bool) -> AdapterLoad:
+    """Background load for any platform with an adapter (platforms/registry.py): the same
+    evidence files as the Locust load, made through the adapter. ``scenario`` and
+    ``allow_remote`` are the Locust load's; this generator only reaches the environment's
+    adapter (local in tests), so it has no use for them."""
+    return start_background(adapter_factory, out_dir)

@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from slo.evidence import LedgerEntry, RequestRecord
+from slo.evidence import RequestRecord
+from slo.ledger import LedgerEntry
 
 LEDGER = "ledger.jsonl"
 REQUESTS = "requests.jsonl"

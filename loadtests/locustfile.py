@@ -33,6 +33,7 @@ from loadtests.client import Backoff, SubmitOutcome, artifact_refs, is_ack, is_r
 from loadtests.records import PartWriters, utc_iso
 from loadtests.runconfig import RunConfig
 from loadtests.stats import from_locust
+from slo.ledger import LedgerEntry
 
 CONFIG, TOKEN = RunConfig.from_env()
 SCENARIO = CONFIG.scenario
@@ -167,10 +168,9 @@ class Submitter(_ApiUser):
                             # acknowledged but unreadable: asking again with the key is safe
                             resp.failure(f"HTTP {last} without an operation id")
                         else:
-                            _writers().ledger.write({
-                                "operation_id": op_id, "idempotency_key": key,
-                                "acked_at": utc_iso(), "project": project, "status": last,
-                                "request": body})  # kept to replay it after a DB restore
+                            # the body is kept to replay it after a database restore
+                            _writers().ledger.append([LedgerEntry.now(
+                                op_id, key, project, status=last, source="load", request=body)])
                             KNOWN_OPS.append(op_id)
                             outcome = SubmitOutcome.ACKED
                             break

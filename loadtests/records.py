@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from slo.ledger import LedgerWriter
+
 
 def utc_iso(ts: float | None = None) -> str:
     moment = datetime.now(UTC) if ts is None else datetime.fromtimestamp(ts, UTC)
@@ -40,10 +42,11 @@ class PartWriters:
     def __init__(self, parts_dir: Path, tag: str | None = None) -> None:
         self.tag = tag or f"p{os.getpid()}"
         tag = self.tag
-        self.ledger = JsonlWriter(parts_dir / f"ledger.{tag}.jsonl")
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        self.ledger = LedgerWriter(parts_dir / f"ledger.{tag}.jsonl")  # the one ledger format
         self.requests = JsonlWriter(parts_dir / f"requests.{tag}.jsonl")
         self.submissions = JsonlWriter(parts_dir / f"submissions.{tag}.jsonl")
 
     def close(self) -> None:
-        for w in (self.ledger, self.requests, self.submissions):
+        for w in (self.requests, self.submissions):
             w.close()

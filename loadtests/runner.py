@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 from loadtests.collect import (
     STATS,
@@ -217,6 +218,20 @@ def start_background(scenario: Scenario | str | Path, host: str, token: str, out
     """Run until `handle.stop()` (bounded by `max_duration`); stop() returns the LoadSummary."""
     return start(scenario, host, token, out_dir, s3_endpoint=s3_endpoint, workers=workers,
                  duration=max_duration, allow_remote=allow_remote)
+
+
+def start_for_platform(env: Any, adapter_factory: Callable[[], Any], out_dir: Path,
+                       scenario: str, allow_remote: bool) -> LoadRun:
+    """The reference control plane's background load (platforms/registry.py): the Locust
+    scenario aimed at the environment's API with its first project's token and image. In the
+    cloud there is no S3 endpoint URL, so the artifact reader is off (its downloads need IAM)."""
+    eps = env.endpoints
+    chosen = load_scenario(scenario)
+    chosen = chosen.model_copy(update={"operation": chosen.operation.model_copy(
+        update={"image": eps["image"]})})
+    _, token = min(env.tokens["projects"].items())
+    return start_background(chosen, eps["api"], token, out_dir, s3_endpoint=eps.get("s3"),
+                            allow_remote=allow_remote)
 
 
 def run(scenario: Scenario | str | Path, host: str, token: str, out_dir: str | Path,

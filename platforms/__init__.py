@@ -1,24 +1,17 @@
-"""Platform adapters: everything the harness needs from the control plane under test."""
+"""Platform adapters: everything the harness needs from the platform under test, and the
+registry that names them (platforms/registry.py)."""
 
 from __future__ import annotations
 
 from platforms.base import Ack, PlatformAdapter, PlatformError, SubmitRequest, Workload
+from platforms.registry import REGISTRY, get
 
 __all__ = ["PLATFORMS", "Ack", "PlatformAdapter", "PlatformError", "SubmitRequest", "Workload",
            "get_adapter"]
 
+PLATFORMS = tuple(REGISTRY)
+
 
 def get_adapter(platform: str, endpoints: dict, tokens: dict) -> PlatformAdapter:
     """Build the adapter named ``platform`` from an environment's endpoints and tokens."""
-    if platform == "controlplane":
-        from platforms.controlplane import ControlPlaneAdapter
-
-        return ControlPlaneAdapter.from_env(endpoints, tokens)
-    if platform == "prefect":  # [platform adapters] Prefect 3 over its REST API
-        from platforms.prefect import PrefectAdapter
-
-        return PrefectAdapter.from_env(endpoints, tokens)
-    raise PlatformError(f"unknown platform {platform!r}; known: {', '.join(PLATFORMS)}")
-
-
-PLATFORMS = ("controlplane", "prefect")
+    return get(platform).make_adapter(endpoints, tokens)

@@ -53,6 +53,18 @@ class Ack:
     request: dict[str, Any] | None = None  # the body sent: a client can replay it after a restore
 
 
+@dataclass(frozen=True)
+class StoredOperation:
+    """What the store knows of one operation, for reconciling it with object storage and the
+    client ledgers after a database restore."""
+
+    id: str
+    project: str
+    state: str
+    attempt_count: int
+    idempotency_key: str | None
+
+
 @dataclass
 class OperationView:
     id: str

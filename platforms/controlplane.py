@@ -11,7 +11,17 @@ from typing import Any
 
 import httpx
 
-from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
+from platforms.base import (
+    Ack,
+    OperationView,
+    PlatformError,
+    StoredOperation,
+    SubmitRequest,
+    Workload,
+)
+from slo.ledger import LedgerEntry
+
+RESTORE_ROUTE = "/v1/admin/operations/restore"  # the control plane's admin restore route
 
 # Snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1), for the
 # operations created since the run started only: a store that outlives runs holds earlier runs'
@@ -54,11 +64,12 @@ class ControlPlaneAdapter:
     def __init__(self, api_url: str, token: str, project: str, *, admin_dsn: str | None = None,
                  s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
                  image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0,
-                 region: str | None = None, agent_token: str | None = None) -> None:
+                 region: str | None = None, agent_token: str | None = None,
+                 admin_token: str | None = None) -> None:
         self.api_url, self.project, self.admin_dsn = api_url, project, admin_dsn
         self.region = region  # real AWS S3 when there is no endpoint (cloud runs)
         self.s3_endpoint, self.bucket, self.image = s3_endpoint, bucket, image
-        self.agent_token = agent_token
+        self.agent_token, self.admin_token = agent_token, admin_token
         self.http = httpx.Client(base_url=api_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -72,7 +83,8 @@ class ControlPlaneAdapter:
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),
                    image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"),
-                   region=endpoints.get("region"), agent_token=tokens.get("agent"))
+                   region=endpoints.get("region"), agent_token=tokens.get("agent"),
+                   admin_token=tokens.get("admin"))
 
     # -- work ------------------------------------------------------------------------------
     def spec(self, w: Workload) -> dict[str, Any]:
@@ -171,6 +183,46 @@ class ControlPlaneAdapter:
         return {"operations": len(states), "complete_manifests": len(complete),
                 "succeeded_without_artifacts": missing, "artifacts_of_unknown_operations": unknown,
                 "consistent": not missing and not unknown}
+
+    # -- restore order (runbooks/db-primary-loss.md B) -----------------------------------
+    def stored_operations(self) -> list[StoredOperation]:
+        """Every operation the store knows (all runs): the restore's reconciliation compares
+        them with object storage and the client ledgers."""
+        import psycopg
+
+        if not self.admin_dsn:
+            raise PlatformError("the store index needs the control plane's database DSN")
+        with psycopg.connect(self.admin_dsn, connect_timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT o.id::text, p.name, o.state, o.attempt_count, o.idempotency_key "
+                "FROM operations o JOIN projects p ON p.id = o.project_id").fetchall()
+        return [StoredOperation(*r) for r in rows]
+
+    def restore_acknowledged(self, entry: LedgerEntry, restore_id: str) -> dict[str, Any]:
+        """Re-create one acknowledged submission a restore lost, under the operation id its
+        client holds (admin route). The record (restore.json): ``old_id`` the client holds,
+        ``new_id`` that answers now, ``identity`` ``same_id`` (equal) or ``redirect`` (the old
+        id answers 308 to the operation that holds its key), ``error`` or None."""
+        out: dict[str, Any] = {"key": entry.idempotency_key, "status": None,
+                               "old_id": entry.operation_id, "new_id": None, "identity": None}
+        if not self.admin_token:
+            return {**out, "error": "no admin token (env.json: tokens.admin): the replay uses "
+                                    "an admin-only route"}
+        body = {"project": entry.project, "idempotency_key": entry.idempotency_key,
+                "operation_id": entry.operation_id, "spec": dict(entry.request or {}),
+                "acknowledged_at": entry.acked_at.isoformat(), "restore_id": restore_id,
+                "redirect_if_key_taken": True}
+        try:
+            r = self.http.post(RESTORE_ROUTE, json=body, timeout=10.0,
+                               headers={"Authorization": f"Bearer {self.admin_token}"})
+        except httpx.HTTPError as exc:
+            return {**out, "error": f"{type(exc).__name__}: {exc}"}
+        out["status"] = r.status_code
+        if r.status_code not in (200, 201):
+            return {**out, "error": r.text[:300]}
+        out["new_id"] = r.json().get("id")
+        same = str(out["new_id"]).lower() == entry.operation_id.lower()
+        return {**out, "identity": "same_id" if same else "redirect", "error": None}
 
     def late_report(self, attempt: dict[str, Any]) -> dict[str, Any]:
         """What a partitioned agent sends once it is back: the events it buffered and its

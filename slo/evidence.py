@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from slo import ledger as ledger_file
+from slo.ledger import LedgerEntry
+
 
 class EvidenceError(Exception):
     """Evidence is missing or unusable; the verdict cannot be trusted (exit code 3)."""
@@ -62,14 +65,6 @@ class RunInfo(_Record):
         if self.experiments is None:
             return None
         return tuple(n for n in dict.fromkeys(self.experiments) if n not in self.not_applicable)
-
-
-class LedgerEntry(_Record):
-    operation_id: str
-    idempotency_key: str
-    acked_at: UtcTime
-    project: str
-    status: int | None = None
 
 
 class RequestRecord(_Record):
@@ -309,6 +304,18 @@ def _read_jsonl(path: Path, root: Path, model: type[R], *, required: bool = True
     return tuple(out)
 
 
+def _read_ledger(root: Path) -> tuple[LedgerEntry, ...]:
+    path = root / "ledger.jsonl"
+    if not path.is_file():
+        raise EvidenceError("ledger.jsonl: missing (see docs/EVIDENCE.md)")
+    try:
+        return tuple(ledger_file.read([path], names={path: "ledger.jsonl"}))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"ledger.jsonl: cannot read: {exc}") from None
+    except ledger_file.LedgerError as exc:
+        raise EvidenceError(str(exc)) from None
+
+
 def _find_extension(experiment: dict[str, Any]) -> Any:
     """The x-gameday block: a top-level key, or a Chaos Toolkit `extensions` entry."""
     if "x-gameday" in experiment:
@@ -436,7 +443,7 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     evidence = Evidence(
         run_dir=root,
         run=run,
-        ledger=_read_jsonl(root / "ledger.jsonl", root, LedgerEntry),
+        ledger=_read_ledger(root),
         requests=_read_jsonl(root / "requests.jsonl", root, RequestRecord),
         load_stats=load_stats,
         operations=_read_jsonl(snap / "operations.jsonl", root, Operation),

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from slo.evidence import Attempt, Event, LedgerEntry, Operation, RequestRecord, StoredObject
+from slo import ledger as ledger_rules
+from slo.evidence import Attempt, Event, Operation, RequestRecord, StoredObject
+from slo.ledger import LedgerEntry
 
 TERMINAL_OPERATION_STATES = frozenset({"succeeded", "failed", "canceled"})
 LIVE_ATTEMPT_STATES = frozenset({"dispatched", "running"})
@@ -96,6 +98,7 @@ def submission_durability(
     operation); that is one submission. The same key acknowledged with two different operation
     ids is a duplicate even if the store kept only one of them. Matching is by key, then by
     operation id when the store lacks the key."""
+    ledger = list(ledger)
     by_id: dict[str, Operation] = {}
     per_key: dict[tuple[str, str], int] = {}
     for op in operations:
@@ -110,6 +113,9 @@ def submission_durability(
         acked_ids.setdefault(k, set()).add(entry.operation_id)
         if k not in first_ack or entry.acked_at < first_ack[k].acked_at:
             first_ack[k] = entry
+    # lost: one definition for the SLI and the database restore (slo/ledger.py)
+    lost = {(e.project, e.idempotency_key) for e in ledger_rules.lost(
+        ledger, set(by_id), {k for k, n in per_key.items() if n})}
     outcomes, missing, duplicated, by_key_only = [], [], [], []
     for k, entry in sorted(first_ack.items(), key=lambda kv: kv[1].acked_at):
         ids = acked_ids[k]
@@ -119,7 +125,7 @@ def submission_durability(
             stored = len(ids.intersection(by_id))
         elif not ids.issubset(by_id):
             by_key_only.append(entry.idempotency_key)
-        if stored == 0:
+        if k in lost:
             missing.append(entry.idempotency_key)
         elif stored > 1 or len(ids) > 1:
             duplicated.append(entry.idempotency_key)

@@ -129,8 +129,12 @@ class DatabaseBackups:
     def restore(self, backup_id: str = "latest", reporter: Reporter | None = None) -> dict[str, Any]:
         """Steps 1-4. Leaves intake closed: run the reconciliation, then :meth:`reopen`."""
         say = reporter or (lambda _msg: None)
-        if self.env.info.get("platform", "controlplane") != "controlplane":
-            raise BackupError("restore order is written for the reference control plane")
+        from infra.local.platform import local_platform
+
+        platform = self.env.info.get("platform", "controlplane")
+        if not local_platform(platform).CONTROLPLANE:
+            raise BackupError(f"the restore order stops and restarts the reference control "
+                              f"plane's processes; environment runs {platform!r}")
         backup = self.get(backup_id)
         f, steps, t0 = self.env.faults, {}, time.monotonic()
 
@@ -195,14 +199,14 @@ class DatabaseBackups:
     def reconcile(self, restored: dict[str, Any], ledger_files: list[Path]) -> dict[str, Any]:
         """Step 5, intake still closed: quarantine what the restored store does not know and
         list the lost acknowledgements to replay once intake is open (``replay_pending``)."""
-        from controlplane.storage import StorageConfig, make_s3_client
-        from infra.local.restore_reconcile import read_ledgers, reconcile
+        from infra.local.restore_reconcile import reconcile
+        from platforms.controlplane import s3_client
+        from slo import ledger
 
         eps, t0 = self.env.endpoints, time.monotonic()
-        s3 = make_s3_client(StorageConfig(eps.get("s3_direct") or eps["s3"], bucket=eps["bucket"],
-                                          read_timeout=10))
-        report = reconcile(dsn=eps["dsn"], s3=s3, bucket=eps["bucket"],
-                           ledger=read_ledgers(ledger_files),
+        s3 = s3_client(eps.get("s3_direct") or eps["s3"], eps["bucket"])
+        report = reconcile(adapter=self._adapter(), s3=s3, bucket=eps["bucket"],
+                           entries=ledger.read(ledger_files, torn_tail_ok=True),
                            restore_point=datetime.fromisoformat(restored["restore_point"]),
                            restore_id=restored["backup"], apply=True)
         report["seconds"] = round(time.monotonic() - t0, 3)
@@ -212,18 +216,20 @@ class DatabaseBackups:
         """After the reopen: re-create each lost acknowledged submission under the operation
         id and idempotency key its client holds (admin restore route). ``pending``: the
         reconciliation's ``replay_pending`` (ledger lines, each with its ``restore_id``)."""
-        from infra.local.restore_reconcile import LedgerLine, replay
+        from infra.local.restore_reconcile import from_pending
 
-        admin = self.env.tokens.get("admin")
-        if not admin:
+        if not self.env.tokens.get("admin"):
             raise BackupError("environment has no admin token (env.json: tokens.admin): the "
                               "replay re-creates operations through an admin-only route")
-        out = []
-        for line in pending:
-            fields = dict(line)
-            restore_id = str(fields.pop("restore_id"))
-            out.append(replay(self.env.endpoints["api"], admin, LedgerLine(**fields), restore_id))
-        return out
+        adapter = self._adapter()
+        return [adapter.restore_acknowledged(*from_pending(line)) for line in pending]
+
+    def _adapter(self) -> Any:
+        """The platform's adapter: the restore reads the store and replays through it."""
+        from platforms import get_adapter
+
+        return get_adapter(self.env.info.get("platform", "controlplane"), self.env.endpoints,
+                           self.env.tokens)
 
     def reopen_and_replay(self, pending: list[dict[str, Any]],
                           reporter: Reporter | None = None) -> dict[str, Any]:

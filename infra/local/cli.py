@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.local.errors import ComponentUnhealthy, EnvError
+from platforms import PLATFORMS
 
 console = Console(stderr=True)
 
@@ -97,8 +98,9 @@ def env_group() -> None:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON when up.")
 @click.option("--platform", default="controlplane", show_default=True,
-              type=click.Choice(["controlplane", "prefect"]),
-              help="Control plane under test (prefect: Prefect 3 server + process workers).")
+              type=click.Choice(list(PLATFORMS)),
+              help="Platform under test (platforms/registry.py), e.g. prefect: Prefect 3 "
+                   "server + process workers instead of the reference control plane.")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
            platform: str) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""

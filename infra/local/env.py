@@ -77,12 +77,6 @@ OWNER_ENV = "GAMEDAY_OWNER_PID"
 CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
 
 
-def secrets_token() -> str:
-    import secrets
-
-    return secrets.token_urlsafe(18)
-
-
 def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -421,12 +415,15 @@ class LocalEnvironment:
         return self.supervisor.alive() or bool(self.running_components())
 
     def preflight(self, platform: str = "controlplane") -> list[str]:
-        problems = []
-        if platform == "prefect":  # [platform adapters] Prefect runs from its own venv
-            from infra.local import prefect
+        from infra.local.platform import local_platform
 
-            if prefect.missing():
-                problems.append(prefect.missing())
+        problems = []
+        try:
+            missing = local_platform(platform).missing()
+        except EnvError as exc:
+            missing = str(exc)
+        if missing:
+            problems.append(missing)
         for binary in ("/usr/bin/etcd", "/usr/bin/patroni", "/usr/sbin/haproxy",
                        "/usr/bin/docker-registry", "/usr/bin/prometheus", str(PG_BIN / "postgres")):
             if not Path(binary).exists():
@@ -438,9 +435,11 @@ class LocalEnvironment:
            timeout: float = 60.0, platform: str = "controlplane") -> dict[str, Any]:
         """Start every component and wait until all are healthy; tear down on any failure.
 
-        ``platform`` names the control plane under test: ``controlplane`` (ours, the default) or
-        ``prefect`` (Prefect 3 server + process workers instead of our API/reconciler/agents,
-        beside the same shared components: infra/local/prefect.py)."""
+        ``platform`` names the platform under test (platforms/registry.py): ``controlplane``
+        (ours, the default) or e.g. ``prefect``; its local module (infra/local/platform.py)
+        adds its components beside the shared ones."""
+        from infra.local.platform import local_platform
+
         say = reporter or (lambda _msg: None)
         started = time.monotonic()
         if self.is_running():
@@ -453,34 +452,25 @@ class LocalEnvironment:
         if problems:
             raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))
 
-        if platform not in ("controlplane", "prefect"):  # [platform adapters]
-            raise EnvError(f"unknown platform {platform!r}; known: controlplane, prefect")
-        commands = set() if infra_only or platform != "controlplane" else controlplane_commands()
+        hooks = local_platform(platform)
+        commands = set() if infra_only or not hooks.CONTROLPLANE else controlplane_commands()
         with_cp = CONTROLPLANE_COMMANDS <= commands
         with_agents = with_cp and "agent" in commands
         previous = self.info or {}
         secrets = Secrets(**previous["secrets"]) if previous.get("secrets") else Secrets()
         agents = self.topology if with_agents else ()
         self.agents = agents
-        # [platform adapters] the platform's own components join the shared ones
-        extra_ports: list[str] = []
-        if platform == "prefect":
-            from infra.local import prefect
-
-            extra_ports = prefect.port_names()
-        ports = allocate_ports(port_names(self.topology) + extra_ports, previous.get("ports"))
+        # the platform's own components join the shared ones
+        ports = allocate_ports(port_names(self.topology) + hooks.port_names(),
+                               previous.get("ports"))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
         # kept across up/down so a stopped environment restarts on its own data
         db_root = Path(previous.get("db_root") or db_root_for(self.state_dir, self.name))
         self.components = build_components(self.state_dir, self.name, ports, secrets, agents,
                                            with_cp, db_root=db_root)
-        platform_info: dict[str, Any] = {}
-        if platform == "prefect":
-            platform_info = {"db_password": (previous.get("prefect") or {}).get("db_password")
-                             or secrets_token()}
-            self.components.update(prefect.build_components(self.state_dir, ports,
-                                                            platform_info["db_password"]))
+        platform_info = hooks.prepare(previous.get("platform_info") or {})
+        self.components.update(hooks.build_components(self.state_dir, ports, platform_info))
         self.info = {
             "name": self.name, "state_dir": str(self.state_dir), "db_root": str(db_root),
             "status": "starting",
@@ -491,11 +481,9 @@ class LocalEnvironment:
             "endpoints": self._endpoints(ports, secrets, with_cp),
             "tokens": {"projects": secrets.project_tokens, "agent": secrets.agent_token,
                        "admin": secrets.admin_token},
-            "platform": platform,  # [platform adapters]
+            "platform": platform, "platform_info": platform_info,
         }
-        if platform == "prefect":  # [platform adapters]
-            self.info["prefect"] = platform_info
-            self.info["endpoints"].update(prefect.endpoints(ports))
+        self.info["endpoints"].update(hooks.endpoints(ports))
         self._write_info()
         self.note("env_up", {"controlplane": with_cp, "agents": [a.name for a in agents]})
         try:
@@ -504,8 +492,7 @@ class LocalEnvironment:
             self._up_infra(say, timeout)
             if with_cp:
                 self._up_controlplane(say, timeout, agents)
-            if platform == "prefect":  # [platform adapters]
-                prefect.up(self, say, timeout)
+            hooks.up(self, say, timeout)
             standby = self.wait_sync_standby(timeout)
             say(f"synchronous standby: {standby}")
             if not os.environ.get(OWNER_ENV):

@@ -153,11 +153,20 @@ def worker_spec(home: Path, api: str, worker: PrefectWorker, health_port: int,
     )
 
 
-def build_components(state: Path, ports: dict[str, int], db_password: str) -> dict[str, ComponentSpec]:
+CONTROLPLANE = False  # Prefect's server and workers replace our API, reconciler and agents
+
+
+def prepare(previous: dict[str, Any]) -> dict[str, Any]:
+    """What env.json keeps for Prefect across down/up: its database password."""
+    return {"db_password": previous.get("db_password") or pysecrets.token_urlsafe(18)}
+
+
+def build_components(state: Path, ports: dict[str, int],
+                     info: dict[str, Any]) -> dict[str, ComponentSpec]:
     """Server + workers; the database is reached through HAProxy's `pg` frontend."""
     home = state / "prefect"
     api = api_url(ports["prefect_api"])
-    specs = [server_spec(home / "server", db_url(ports["haproxy_pg"], db_password),
+    specs = [server_spec(home / "server", db_url(ports["haproxy_pg"], info["db_password"]),
                          ports["prefect_api"])]
     for w in WORKERS:
         specs.append(worker_spec(home / w.name, api, w, ports[f"prefect_worker_{w.name}"],
@@ -229,7 +238,7 @@ def deploy(api: str, s3_endpoint: str | None, bucket: str = BUCKET,
 
 def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
     """Database, server, workers, deployments; endpoints recorded in env.json."""
-    info = env.info.setdefault("prefect", {})
+    info = env.info.setdefault("platform_info", {})
     password = info.setdefault("db_password", pysecrets.token_urlsafe(18))
     ports = env.info["ports"]
     setup_database(env.endpoints["admin_dsn"], password)

@@ -16,53 +16,47 @@ rewind. So after a restore there can be:
   reported, never hand-edited (fail closed: only an attempt that verified its artifacts marks
   an operation succeeded; the retry path re-runs and resumes from the newest checkpoint).
 
-:func:`plan` is pure (inputs in, decisions out); :func:`reconcile` does the I/O.
+:func:`plan` is pure (inputs in, decisions out); :func:`reconcile` does the I/O, reaching the
+platform only through its adapter (store index, replay) and object storage directly.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
+
+from platforms.base import StoredOperation
+from slo import ledger
+from slo.ledger import LedgerEntry
 
 _ARTIFACT_KEY = re.compile(r"^artifacts/(?P<op>[^/]+)/attempt-(?P<n>\d+)/(?P<rest>.+)$")
 TERMINAL = ("succeeded", "failed", "canceled")
 
 
-@dataclass(frozen=True)
-class StoredOperation:
-    id: str
-    project: str
-    state: str
-    attempt_count: int
-    idempotency_key: str | None
-
-
-@dataclass(frozen=True)
-class LedgerLine:
-    operation_id: str
-    idempotency_key: str
-    acked_at: str
-    project: str
-    request: Mapping[str, Any] | None = None
-
-
 @dataclass
 class Plan:
     quarantine_prefixes: list[str] = field(default_factory=list)   # artifacts/<op>/[attempt-<n>/]
-    replay: list[LedgerLine] = field(default_factory=list)          # lost acks that can be re-sent
-    unreplayable: list[LedgerLine] = field(default_factory=list)    # lost acks without a request body
-    lost_before_restore_point: list[LedgerLine] = field(default_factory=list)
+    replay: list[LedgerEntry] = field(default_factory=list)         # lost acks that can be re-sent
+    unreplayable: list[LedgerEntry] = field(default_factory=list)   # lost acks without a request body
+    lost_before_restore_point: list[LedgerEntry] = field(default_factory=list)
     complete_but_not_terminal: list[str] = field(default_factory=list)   # "<op> <state> <key>"
     succeeded_without_manifest: list[str] = field(default_factory=list)
 
 
+def lost_acknowledgements(operations: Iterable[StoredOperation],
+                          entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
+    """The acknowledged submissions the store does not have (slo.ledger.lost, the same rule
+    as the durability SLI), oldest first."""
+    ops = list(operations)
+    return ledger.lost(entries, {o.id for o in ops},
+                       {(o.project, o.idempotency_key) for o in ops if o.idempotency_key})
+
+
 def plan(operations: Iterable[StoredOperation], object_keys: Iterable[str],
-         ledger: Iterable[LedgerLine], restore_point: datetime) -> Plan:
+         entries: Iterable[LedgerEntry], restore_point: datetime) -> Plan:
     """Decide what step 5 does. ``restore_point``: the time the restored data is consistent
     to; a lost acknowledgement from before it means the backup itself was incomplete."""
     ops = {o.id: o for o in operations}
@@ -88,69 +82,17 @@ def plan(operations: Iterable[StoredOperation], object_keys: Iterable[str],
             out.complete_but_not_terminal += [f"{op.id} {op.state} {k}" for k in manifests.get(op.id, [])]
         elif op.state == "succeeded" and op.id not in manifests:
             out.succeeded_without_manifest.append(op.id)
-    for line in lost_acknowledgements(ops.values(), ledger):
-        if _parse(line.acked_at) < restore_point:
-            out.lost_before_restore_point.append(line)
-        elif line.request is None:
-            out.unreplayable.append(line)
+    for entry in lost_acknowledgements(ops.values(), entries):
+        if entry.acked_at < restore_point:
+            out.lost_before_restore_point.append(entry)
+        elif entry.request is None:
+            out.unreplayable.append(entry)
         else:
-            out.replay.append(line)
-    return out
-
-
-def lost_acknowledgements(operations: Iterable[StoredOperation],
-                          ledger: Iterable[LedgerLine]) -> list[LedgerLine]:
-    """The first acknowledgement of each (project, key) the store has neither by key nor by
-    operation id (as the durability SLI matches, slo/sli.py), oldest first."""
-    ops = list(operations)
-    ids = {o.id for o in ops}
-    keys = {(o.project, o.idempotency_key) for o in ops if o.idempotency_key}
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for line in sorted(ledger, key=lambda entry: entry.acked_at):
-        k = (line.project, line.idempotency_key)
-        if k in seen or k in keys or line.operation_id in ids:
-            continue
-        seen.add(k)
-        out.append(line)
-    return out
-
-
-def _parse(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
-def read_ledgers(paths: Iterable[Path]) -> list[LedgerLine]:
-    """Client ledger lines (docs/EVIDENCE.md) from JSONL files; a torn last line (a writer
-    mid-append) is skipped, anything else malformed is an error naming file and line."""
-    out: list[LedgerLine] = []
-    for path in paths:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for i, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                d = json.loads(raw)
-                out.append(LedgerLine(str(d["operation_id"]), str(d["idempotency_key"]),
-                                      str(d["acked_at"]), str(d["project"]), d.get("request")))
-            except (ValueError, KeyError) as exc:
-                if i == len(lines):
-                    continue
-                raise ValueError(f"{path}:{i}: not a ledger line ({exc})") from exc
+            out.replay.append(entry)
     return out
 
 
 # -- I/O ------------------------------------------------------------------------------------
-def load_operations(dsn: str) -> list[StoredOperation]:
-    import psycopg
-
-    with psycopg.connect(dsn, connect_timeout=5) as conn:
-        rows = conn.execute(
-            "SELECT o.id::text, p.name, o.state, o.attempt_count, o.idempotency_key "
-            "FROM operations o JOIN projects p ON p.id = o.project_id").fetchall()
-    return [StoredOperation(*r) for r in rows]
-
-
 def _list_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
     keys: list[str] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -170,63 +112,46 @@ def quarantine(s3: Any, bucket: str, prefix: str, restore_id: str) -> int:
     return moved
 
 
-RESTORE_ROUTE = "/v1/admin/operations/restore"  # controlplane/api/admin.py
+def pending_line(entry: LedgerEntry, restore_id: str) -> dict[str, Any]:
+    """A lost acknowledgement waiting for the reopen (JSON: it goes into restore.json)."""
+    return {**entry.model_dump(mode="json"), "restore_id": restore_id}
 
 
-def replay(api_url: str, admin_token: str, line: LedgerLine, restore_id: str,
-           timeout: float = 10.0) -> dict[str, Any]:
-    """Re-create one lost acknowledgement under its operation id (admin route). The record
-    (restore.json): ``old_id`` the client holds, ``new_id`` that answers now, ``identity``
-    ``same_id`` (they are equal) or ``redirect`` (the old id answers 308 to the new one)."""
-    import httpx
-
-    out: dict[str, Any] = {"key": line.idempotency_key, "status": None,
-                           "old_id": line.operation_id, "new_id": None, "identity": None}
-    body = {"project": line.project, "idempotency_key": line.idempotency_key,
-            "operation_id": line.operation_id, "spec": dict(line.request or {}),
-            "acknowledged_at": line.acked_at, "restore_id": restore_id,
-            "redirect_if_key_taken": True}
-    try:
-        r = httpx.post(f"{api_url}{RESTORE_ROUTE}", json=body, timeout=timeout,
-                       headers={"Authorization": f"Bearer {admin_token}"})
-    except httpx.HTTPError as exc:
-        return {**out, "error": f"{type(exc).__name__}: {exc}"}
-    out["status"] = r.status_code
-    if r.status_code not in (200, 201):
-        return {**out, "error": r.text[:300]}
-    out["new_id"] = r.json().get("id")
-    same = str(out["new_id"]).lower() == line.operation_id.lower()
-    out["identity"] = "same_id" if same else "redirect"
-    return {**out, "error": None}
+def from_pending(line: dict[str, Any]) -> tuple[LedgerEntry, str]:
+    fields = dict(line)
+    return LedgerEntry.model_validate(fields), str(fields.pop("restore_id"))
 
 
-def reconcile(*, dsn: str, s3: Any, bucket: str, ledger: list[LedgerLine],
+def reconcile(*, adapter: Any, s3: Any, bucket: str, entries: list[LedgerEntry],
               restore_point: datetime, restore_id: str, apply: bool,
-              api_url: str | None = None, admin_token: str | None = None,
-              ) -> dict[str, Any]:
-    """Plan, then (with ``apply``) quarantine, and replay when ``api_url`` is given. Without
-    it (intake still closed, the restore order's step 5) the lines to replay after the reopen
-    are returned as ``replay_pending``. ``consistent``: store and object storage agree and
-    every lost acknowledgement can be (or was) replayed - nothing left for a human."""
-    decided = plan(load_operations(dsn), _list_keys(s3, bucket, "artifacts/"), ledger, restore_point)
-    report: dict[str, Any] = {k: v for k, v in asdict(decided).items()
-                              if k not in ("replay", "unreplayable", "lost_before_restore_point")}
-    report.update(restore_id=restore_id, restore_point=restore_point.isoformat(), applied=apply,
-                  lost_acknowledged=len(decided.replay) + len(decided.unreplayable) +
-                  len(decided.lost_before_restore_point),
-                  unreplayable=[x.idempotency_key for x in decided.unreplayable],
-                  lost_before_restore_point=[x.idempotency_key for x in decided.lost_before_restore_point])
+              replay_now: bool = False) -> dict[str, Any]:
+    """Plan, then (with ``apply``) quarantine, and replay through the adapter when
+    ``replay_now``. Otherwise (intake still closed, the restore order's step 5) the entries to
+    replay after the reopen are returned as ``replay_pending``. ``consistent``: store and object
+    storage agree and every lost acknowledgement can be (or was) replayed - nothing left for a
+    human. ``adapter``: the platform's (``stored_operations``, ``restore_acknowledged``)."""
+    decided = plan(adapter.stored_operations(), _list_keys(s3, bucket, "artifacts/"), entries,
+                   restore_point)
+    report: dict[str, Any] = {
+        "quarantine_prefixes": decided.quarantine_prefixes,
+        "complete_but_not_terminal": decided.complete_but_not_terminal,
+        "succeeded_without_manifest": decided.succeeded_without_manifest,
+        "restore_id": restore_id, "restore_point": restore_point.isoformat(), "applied": apply,
+        "lost_acknowledged": len(decided.replay) + len(decided.unreplayable)
+                             + len(decided.lost_before_restore_point),
+        "unreplayable": [x.idempotency_key for x in decided.unreplayable],
+        "lost_before_restore_point": [x.idempotency_key for x in decided.lost_before_restore_point],
+    }
     failed: list[dict[str, Any]] = []
     if apply:
         report["quarantined_objects"] = sum(quarantine(s3, bucket, p, restore_id)
                                             for p in decided.quarantine_prefixes)
-        if api_url:
-            report["replayed"] = [replay(api_url, admin_token or "", x, restore_id)
+        if replay_now:
+            report["replayed"] = [adapter.restore_acknowledged(x, restore_id)
                                   for x in decided.replay]
             failed = [r for r in report["replayed"] if r["error"]]
         else:
-            report["replay_pending"] = [{**asdict(x), "restore_id": restore_id}
-                                        for x in decided.replay]
+            report["replay_pending"] = [pending_line(x, restore_id) for x in decided.replay]
     report["consistent"] = bool(apply and not failed and not decided.unreplayable
                                 and not decided.lost_before_restore_point
                                 and not decided.succeeded_without_manifest)

@@ -1,7 +1,8 @@
 """A database restore keeps operation identities: the admin restore route re-creates a lost
 acknowledged submission under the id its client holds (controlplane/api/admin.py,
 store.operations.restore), and the restore order's replay uses it (restore_reconcile.replay,
-infra/local/backup.py). Real API process and PostgreSQL (tests/conftest.py)."""
+infra/local/backup.py, through the platform adapter). Real API process and PostgreSQL
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,22 @@ import psycopg
 import pytest
 
 from infra.local.launch import ControlPlane
-from infra.local.restore_reconcile import LedgerLine, replay
+from infra.local.restore_reconcile import pending_line
+from platforms.controlplane import ControlPlaneAdapter
+from slo.ledger import LedgerEntry
 
 from .helpers import Api, spec
 
 ACKED_AT = "2026-01-06T10:00:05+00:00"
+
+
+def _entry(op_id: str, key: str, project: str, body: dict[str, Any]) -> LedgerEntry:
+    return LedgerEntry(operation_id=op_id, idempotency_key=key, acked_at=ACKED_AT,
+                       project=project, request=body)
+
+
+def _adapter(cp: ControlPlane, admin_token: str) -> ControlPlaneAdapter:
+    return ControlPlaneAdapter(cp.api_url, cp.user_token, cp.project, admin_token=admin_token)
 
 
 @pytest.fixture
@@ -172,21 +184,22 @@ def test_invalid_restore_requests_are_422_naming_the_field(admin: Api,
 
 def test_replay_records_identity_and_the_durability_audit_finds_it_by_id(
         user: Api, cp_stack: ControlPlane) -> None:
-    from slo.evidence import LedgerEntry, Operation
+    from slo.evidence import Operation
     from slo.sli import submission_durability
 
     same_id, same_key = lost_ack(user, cp_stack, spec("a"))
     moved_id, moved_key = lost_ack(user, cp_stack, spec("b"))
     holder = user.submit(spec("b"), key=moved_key).json()["id"]
-    lines = [LedgerLine(same_id, same_key, ACKED_AT, cp_stack.project, spec("a")),
-             LedgerLine(moved_id, moved_key, ACKED_AT, cp_stack.project, spec("b"))]
-    out = [replay(cp_stack.api_url, cp_stack.admin_token, x, "bk-1") for x in lines]
+    lines = [_entry(same_id, same_key, cp_stack.project, spec("a")),
+             _entry(moved_id, moved_key, cp_stack.project, spec("b"))]
+    out = [_adapter(cp_stack, cp_stack.admin_token).restore_acknowledged(x, "bk-1")
+           for x in lines]
     assert out == [
         {"key": same_key, "status": 201, "old_id": same_id, "new_id": same_id,
          "identity": "same_id", "error": None},
         {"key": moved_key, "status": 200, "old_id": moved_id, "new_id": holder,
          "identity": "redirect", "error": None}]
-    refused = replay(cp_stack.api_url, cp_stack.user_token, lines[0], "bk-1")
+    refused = _adapter(cp_stack, cp_stack.user_token).restore_acknowledged(lines[0], "bk-1")
     assert refused["status"] == 403 and refused["new_id"] is None and refused["error"]
 
     with psycopg.connect(cp_stack.dsn) as conn:
@@ -194,9 +207,7 @@ def test_replay_records_identity_and_the_durability_audit_finds_it_by_id(
                             " FROM operations o JOIN projects p ON p.id = o.project_id").fetchall()
     ops = [Operation(id=i, project=p, state=s, idempotency_key=k, created_at=c)
            for i, p, s, k, c in rows]
-    ledger = [LedgerEntry(operation_id=x.operation_id, idempotency_key=x.idempotency_key,
-                          acked_at=x.acked_at, project=x.project) for x in lines]
-    audit = submission_durability(ledger, ops)
+    audit = submission_durability(lines, ops)
     assert audit.missing == () and audit.duplicated == ()
     by_id = {o.id: o for o in ops}
     # the same-id replay is matched by its id (and key); only the redirect is key-only
@@ -206,15 +217,14 @@ def test_replay_records_identity_and_the_durability_audit_finds_it_by_id(
 
 def test_backup_replay_uses_the_admin_token_and_the_restore_id(cp_stack: ControlPlane,
                                                                user: Api, tmp_path: Path) -> None:
-    from dataclasses import asdict
-
     from infra.local.backup import BackupError, DatabaseBackups
 
     op_id, key = lost_ack(user, cp_stack, spec("a"))
-    pending = [{**asdict(LedgerLine(op_id, key, ACKED_AT, cp_stack.project, spec("a"))),
-                "restore_id": "bk-7"}]
+    pending = [pending_line(_entry(op_id, key, cp_stack.project, spec("a")), "bk-7")]
     env = SimpleNamespace(state_dir=tmp_path, endpoints={"api": cp_stack.api_url},
-                          tokens={"admin": cp_stack.admin_token, "projects": {}})
+                          tokens={"admin": cp_stack.admin_token,
+                                  "projects": {cp_stack.project: cp_stack.user_token}},
+                          info={"platform": "controlplane"})
     (out,) = DatabaseBackups(env).replay(pending)  # type: ignore[arg-type]
     assert (out["old_id"], out["new_id"], out["identity"]) == (op_id, op_id, "same_id")
     (ev,) = [e for e in user.events(op_id) if e["kind"] == "restored_from_ledger"]

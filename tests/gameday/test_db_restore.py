@@ -53,15 +53,16 @@ def test_restore_rehearsal_passes_the_gate_with_nothing_acknowledged_lost(home: 
 
 def _submit(adapter: object, ledger: Path, n: int) -> list[str]:
     from platforms import SubmitRequest, Workload
+    from slo.ledger import LedgerEntry, LedgerWriter
 
     ids = []
     for _ in range(n):
         ack = adapter.submit(SubmitRequest(Workload(steps=10, step_delay=0.02),  # type: ignore[attr-defined]
                                            f"restore-test-{uuid.uuid4()}"))
-        with open(ledger, "a") as f:
-            f.write(json.dumps({"operation_id": ack.operation_id, "idempotency_key": ack.idempotency_key,
-                                "acked_at": ack.acked_at, "project": adapter.project,  # type: ignore[attr-defined]
-                                "status": ack.status, "request": ack.request}) + "\n")
+        LedgerWriter(ledger).append([LedgerEntry(
+            operation_id=ack.operation_id, idempotency_key=ack.idempotency_key,
+            acked_at=ack.acked_at, project=adapter.project,  # type: ignore[attr-defined]
+            status=ack.status, request=ack.request)])
         ids.append(ack.operation_id)
     return ids
 
