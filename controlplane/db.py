@@ -30,14 +30,14 @@ IDLE_CHECK_SECONDS = 1.0
 
 
 async def _mark_returned(conn: psycopg.AsyncConnection) -> None:
-    conn._returned_at = time.monotonic()  # type: ignore[attr-defined]
+    conn.controlplane_returned_at = time.monotonic()  # type: ignore[attr-defined]
 
 
 async def _check_if_idle(conn: psycopg.AsyncConnection) -> None:
     """Probe a pooled connection only when it sat idle: a round trip per request would cost
     ~15% of a submission's CPU, while hot connections are known good. A connection that broke
     while hot (failover) fails its request once; callers retry idempotent statements."""
-    if time.monotonic() - getattr(conn, "_returned_at", 0.0) > IDLE_CHECK_SECONDS:
+    if time.monotonic() - getattr(conn, "controlplane_returned_at", 0.0) > IDLE_CHECK_SECONDS:
         await AsyncConnectionPool.check_connection(conn)
 
 

@@ -270,7 +270,7 @@ class ControlPlaneAdapter:
             for name, sql in (("operations", _OPS_SQL), ("attempts", _ATTEMPTS_SQL),
                               ("events", _EVENTS_SQL), ("agents", _AGENTS_SQL)):
                 rows = conn.execute(sql, params if "%(since)s" in sql else None).fetchall()
-                _write_jsonl(out / f"{name}.jsonl", rows)
+                write_jsonl(out / f"{name}.jsonl", rows)
                 counts[name] = len(rows)
                 if name == "operations":
                     ops = {r["id"] for r in rows}
@@ -336,11 +336,11 @@ def write_objects(s3: Any, bucket: str, path: Path, operations: set[str] | None 
 
     with ThreadPoolExecutor(8) as pool:
         rows = list(pool.map(row_of, listing))
-    _write_jsonl(path, rows)
+    write_jsonl(path, rows)
     return len(rows)
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         f.writelines(json.dumps({k: _jsonable(v) for k, v in r.items()}, default=str) + "\n" for r in rows)

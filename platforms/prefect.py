@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
-from platforms.controlplane import _write_jsonl, snapshot_objects
+from platforms.controlplane import snapshot_objects, write_jsonl
 
 PROJECT = "prefect"
 EVENT_PREFIX = "@event "
@@ -318,7 +318,7 @@ class PrefectAdapter:
             attempts += atts
             events += evs
         for name, rows in (("operations", ops), ("attempts", attempts), ("events", events)):
-            _write_jsonl(out / f"{name}.jsonl", rows)
+            write_jsonl(out / f"{name}.jsonl", rows)
         counts = {"operations": len(ops), "attempts": len(attempts), "events": len(events)}
         counts["objects"] = snapshot_objects(
             self.s3_endpoint, self.bucket, out / "objects.jsonl",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from slo.report import _pct, _secs, experiment_status
+from slo.report import experiment_status, fmt_pct, fmt_secs
 from slo.verdict import Verdict
 
 
@@ -40,7 +40,7 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
                 cells.append("no data")
             else:
                 met = "met" if s.objective_met else "missed"
-                cells.append(f"{_pct(s.value)} ({met}, target {_pct(s.target)})")
+                cells.append(f"{fmt_pct(s.value)} ({met}, target {fmt_pct(s.target)})")
         rows.append((f"SLI {name}", cells))
     exp_names = list(dict.fromkeys(
         [e.name for v in verdicts for e in v.experiments]
@@ -52,8 +52,8 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
             if e is not None and not e.measured:
                 cells.append(f"not measured: {e.not_measured_reason}")
             elif e is not None:
-                cells.append(f"{experiment_status(v, name)}: recovery {_secs(e.recovery_seconds)}"
-                             f" / RTO {_secs(e.rto_seconds)}, {e.failed_requests} failed requests,"
+                cells.append(f"{experiment_status(v, name)}: recovery {fmt_secs(e.recovery_seconds)}"
+                             f" / RTO {fmt_secs(e.rto_seconds)}, {e.failed_requests} failed requests,"
                              f" {e.acknowledged_lost} acks lost")
             elif name in v.not_applicable:
                 cells.append(f"not applicable: {v.not_applicable[name]}")

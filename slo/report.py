@@ -25,13 +25,13 @@ def _when(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _pct(v: float | None) -> str:
+def fmt_pct(v: float | None) -> str:
     if v is None:
         return "n/a"
     return f"{v * 100:.6g}%" if v < 10 else f"{v * 100:,.0f}%"
 
 
-def _secs(v: float | None) -> str:
+def fmt_secs(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f}s"
 
 
@@ -104,7 +104,7 @@ def render_markdown(verdict: Verdict) -> str:
         burn = f"{s.burn_rate:.2f}x" if s.burn_rate is not None else "n/a"
         lines.append(
             f"| {s.display_name}{' (key)' if s.key else ''} | {status_label(c.status if c else None)} | "
-            f"{_pct(s.value)} | {_pct(s.target)} | {s.good} / {s.total} | {burn} | {_pct(s.budget_consumed)} |"
+            f"{fmt_pct(s.value)} | {fmt_pct(s.target)} | {s.good} / {s.total} | {burn} | {fmt_pct(s.budget_consumed)} |"
         )
     dropped = by_id.get("evidence.dropped")
     if dropped is not None:
@@ -140,9 +140,9 @@ def render_markdown(verdict: Verdict) -> str:
         )
         lines += [
             "",
-            f"- detection: {_secs(e.detection_seconds)}"
+            f"- detection: {fmt_secs(e.detection_seconds)}"
             + (f" ({e.detected_by})" if e.detected_by else ""),
-            f"- recovery: {_secs(e.recovery_seconds)} (RTO {_secs(e.rto_seconds)})",
+            f"- recovery: {fmt_secs(e.recovery_seconds)} (RTO {fmt_secs(e.rto_seconds)})",
             f"- user-visible effect: {e.failed_requests} failed, {e.slow_requests} slow of {e.requests} requests",
             f"- automation taken: {auto}",
             f"- manual decisions: {'; '.join(e.manual_decisions) or 'none'}",
@@ -154,12 +154,12 @@ def render_markdown(verdict: Verdict) -> str:
                 f"{e.artifacts_missing} artifacts missing, "
                 f"{e.torn_checkpoints_used} torn checkpoints used"
             ),
-            f"- time to accepted result: {_secs(e.time_to_accepted_result_seconds)} ({e.accepted_result_basis})",
+            f"- time to accepted result: {fmt_secs(e.time_to_accepted_result_seconds)} ({e.accepted_result_basis})",
         ]
         for a in e.alerts:
             lines.append(
                 f"- alert {a.name}: "
-                + (f"fired after {_secs(a.fired_after_seconds)}" if a.fired
+                + (f"fired after {fmt_secs(a.fired_after_seconds)}" if a.fired
                    else "**silent**" if a.required else f"silent, correctly ({a.note})")
             )
         for inv in e.invariants:
@@ -191,8 +191,8 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
     return env.get_template("report.html.j2").render(
         v=verdict,
         when=_when,
-        pct=_pct,
-        secs=_secs,
+        pct=fmt_pct,
+        secs=fmt_secs,
         badge=badge,
         pass_score=f"{specs.gate.pass_score:g}",
         counts={"pass": scored.count("pass"), "scored": len(scored),

@@ -172,7 +172,7 @@ class DatabaseBackups:
         say("3/4 migrate the schema to head")
         from controlplane.db import migrate
 
-        dsn = app_dsn(self.env.info["ports"], self.env._secrets())
+        dsn = app_dsn(self.env.info["ports"], self.env.db_secrets())
         head = migrate(dsn)
         say("4/4 advance the fencing sequence past every token issued after the restore point")
         fencing = self._advance_fencing(dsn)

@@ -348,7 +348,7 @@ class LocalEnvironment:
         import psycopg
 
         try:
-            with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], self._secrets()),
+            with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], self.db_secrets()),
                                  autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
                 conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
                 conn.execute("CREATE TABLE IF NOT EXISTS gameday_probe (t timestamptz)")
@@ -377,14 +377,14 @@ class LocalEnvironment:
         raise ComponentUnhealthy(standby, f"no synchronous standby within {timeout:.0f} s "
                                  f"(roles {self.db_roles()})", tail(self.log_file(standby)))
 
-    def _secrets(self) -> Secrets:
+    def db_secrets(self) -> Secrets:
         return Secrets(**self.info["secrets"])
 
     def _setup_database(self) -> None:
         import psycopg
         from psycopg import sql
 
-        secrets = self._secrets()
+        secrets = self.db_secrets()
         with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], secrets),
                              autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone()
@@ -605,7 +605,7 @@ class LocalEnvironment:
         dsn = self.endpoints["dsn"]
         self._run_step("migrate", gameday_argv("controlplane", "migrate", "--dsn", dsn))
         say("schema migrated")
-        secrets = self._secrets()
+        secrets = self.db_secrets()
         seed = {
             "projects": [{"name": p, "token": t} for p, t in secrets.project_tokens.items()],
             "agent_tokens": [secrets.agent_token],

@@ -1,0 +1,69 @@
+"""The house has floors: a package imports only packages below it (import-linter's layers
+contract in pyproject.toml, the same command CI could run: `lint-imports`), and no module
+reaches into another module's private names."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gameday", "chaos", "infra", "loadtests", "platforms", "slo", "controlplane")
+LINT = str(Path(sys.executable).with_name("lint-imports"))
+# private names of the standard library / third parties used on purpose, with the reason
+ALLOWED_PRIVATE = {("os", "_exit")}  # the workload exits at once when its agent died
+
+
+def _lint(config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [LINT, "--no-cache"] + (["--config", str(config)] if config else [])
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False,
+                          timeout=300)
+
+
+def test_no_package_imports_a_package_above_it() -> None:
+    r = _lint()
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "1 kept, 0 broken" in r.stdout
+
+
+def test_the_layers_contract_can_fail(tmp_path: Path) -> None:
+    # the same packages with the floors upside down: every real import then points "up"
+    config = tmp_path / "upside-down.toml"
+    config.write_text(
+        '[tool.importlinter]\nroot_packages = ["gameday", "slo", "platforms"]\n\n'
+        '[[tool.importlinter.contracts]]\nname = "upside down"\ntype = "layers"\n'
+        'layers = ["slo", "platforms", "gameday"]\n')
+    r = _lint(config)
+    assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout[-2000:]
+
+
+def private_uses(path: Path) -> list[str]:
+    """``name._private`` where ``name`` is not self/cls, and ``from module import _private``:
+    reaching into another module's or object's internals."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out += [f"{path}:{node.lineno}: from {node.module} import {a.name}"
+                    for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.attr.startswith("_") and not node.attr.startswith("__")
+              and node.value.id not in ("self", "cls")
+              and (node.value.id, node.attr) not in ALLOWED_PRIVATE):
+            out.append(f"{path}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    found = [u for pkg in PACKAGES for f in sorted((ROOT / pkg).rglob("*.py"))
+             for u in private_uses(f)]
+    assert found == []
+
+
+def test_the_private_name_check_can_fail(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from infra.local import faults\nfrom x import _y\n"
+                   "def f(inj):\n    return inj._begin('kill', 'api-1', {})\n")
+    assert [u.split(": ", 1)[1] for u in private_uses(bad)] == ["from x import _y", "inj._begin"]
