@@ -219,7 +219,7 @@ class CloudEnvironment:
     def driver(self) -> Any:
         from infra.cloud.driver import CloudFaults
         from infra.cloud.recorded import RecordedCloudFaults
-        from infra.local.faults import Timeline
+        from infra.timeline import Timeline
 
         faults = CloudFaults(self.target.driver_config, self.fault_state_file,
                              allow_prod=self.allow_prod)
@@ -326,6 +326,6 @@ class CloudEnvironment:
             time.sleep(2.0)
 
     def note(self, what: str, details: dict[str, Any] | None = None) -> None:
-        from infra.local.faults import Timeline
+        from infra.timeline import Timeline
 
         Timeline(self.timeline_file).record("note", what, self.name, details or {})

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from infra.local.faults import Timeline
+from infra.timeline import Timeline
 
 # inverse primitive -> the faults it ends (on the same target unless the fault has one target)
 CLOSES: dict[str, tuple[str, ...]] = {

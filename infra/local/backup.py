@@ -58,7 +58,7 @@ class DatabaseBackups:
         """A consistent base backup. Its ``restore_point`` is when it *started*: everything
         committed before then is in it; commits during the backup may or may not be (the copy
         is consistent to the WAL position at its end, which has no exact wall-clock time)."""
-        leader = self.env.db_leader()
+        leader = self.env.db.leader()
         if leader is None:
             raise BackupError("no database leader to back up (Patroni reports none)")
         started = time.time()
@@ -166,13 +166,13 @@ class DatabaseBackups:
         self.env.wait_db_writable(60)
         steps["database_writable_s"] = round(time.monotonic() - t0, 3)
         f.start("pg-1", timeout=120)      # empty data directory: cloned from pg-0
-        self.env.wait_sync_standby(60)
+        self.env.db.wait_sync_standby(60)
         steps["sync_standby_s"] = round(time.monotonic() - t0, 3)
 
         say("3/4 migrate the schema to head")
         from controlplane.db import migrate
 
-        dsn = app_dsn(self.env.info["ports"], self.env.db_secrets())
+        dsn = app_dsn(self.env.info["ports"], self.env.db.secrets())
         head = migrate(dsn)
         say("4/4 advance the fencing sequence past every token issued after the restore point")
         fencing = self._advance_fencing(dsn)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 import shutil
 import signal
@@ -31,18 +30,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 
-from infra.environment import poll
 from infra.local import procs
 from infra.local.components import (
-    APP_DB,
-    APP_USER,
     PG_BIN,
     ComponentSpec,
     Group,
@@ -51,12 +46,14 @@ from infra.local.components import (
     db_root_for,
     superuser_dsn,
 )
+from infra.local.database import LocalDatabase
 from infra.local.errors import (
     AlreadyRunning,
     ComponentUnhealthy,
     EnvError,
     NotRunning,
 )
+from infra.local.state import EnvState
 from infra.local.supervisor import SupervisorClient, SupervisorError
 from infra.local.topology import (
     BUCKET,
@@ -69,16 +66,13 @@ from infra.local.topology import (
     allocate_ports,
     port_names,
 )
+from infra.timeline import utcnow
 
 Reporter = Callable[[str], None]
 # A process that owns every environment started under it for its whole life (a test session):
 # when it dies, the supervisor kills everything, even if that process is killed hard.
 OWNER_ENV = "GAMEDAY_OWNER_PID"
 CONTROLPLANE_COMMANDS = {"migrate", "seed", "api", "reconciler"}
-
-
-def utcnow() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def default_home() -> Path:
@@ -119,6 +113,7 @@ class LocalEnvironment:
                  agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS) -> None:
         self.name = name
         self.state_dir = state_dir_for(name, home)
+        self.state = EnvState(name, self.state_dir)
         self.topology = agents  # what `up` starts
         self.agents = agents  # what is running (from env.json once loaded)
         self.info: dict[str, Any] = {}
@@ -127,23 +122,20 @@ class LocalEnvironment:
         if self.env_file.exists():
             self._read_info()
 
-    # -- files ------------------------------------------------------------------------------
+    # -- files (infra/local/state.py) ---------------------------------------------------------
     @property
     def env_file(self) -> Path:
-        return self.state_dir / "env.json"
+        return self.state.env_file
 
     @property
     def timeline_file(self) -> Path:
-        return self.state_dir / "faults.jsonl"
+        return self.state.timeline_file
 
     def log_file(self, component: str) -> Path:
-        return self.state_dir / "logs" / f"{component}.log"
-
-    def _pid_file(self, component: str) -> Path:
-        return self.state_dir / "run" / f"{component}.json"
+        return self.state.log_file(component)
 
     def _read_info(self) -> None:
-        self.info = json.loads(self.env_file.read_text())
+        self.info = self.state.read()
         self.components = {n: ComponentSpec.from_json(c) for n, c in self.info["components"].items()}
         self.agents = tuple(AgentSpec(**{k: (tuple(v) if k == "datasets" else v)
                                          for k, v in a.items() if k != "accelerator_type"})
@@ -151,10 +143,7 @@ class LocalEnvironment:
 
     def _write_info(self) -> None:
         self.info["components"] = {n: c.to_json() for n, c in self.components.items()}
-        tmp = self.env_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.info, indent=2))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.env_file)
+        self.state.write(self.info)
 
     @classmethod
     def load(cls, name: str = "local", home: Path | None = None) -> LocalEnvironment:
@@ -208,10 +197,7 @@ class LocalEnvironment:
 
     # -- process records --------------------------------------------------------------------
     def pid_record(self, component: str) -> dict[str, Any] | None:
-        try:
-            return json.loads(self._pid_file(component).read_text())
-        except FileNotFoundError:
-            return None
+        return self.state.pid_record(component)
 
     def main_pid(self, component: str) -> int | None:
         record = self.pid_record(component)
@@ -258,7 +244,7 @@ class LocalEnvironment:
         )
         record = {"pid": answer["pid"], "pgid": answer["pgid"], "start_ticks": answer["start_ticks"],
                   "started_at": utcnow(), "argv": spec.argv}
-        self._pid_file(component).write_text(json.dumps(record))
+        self.state.write_pid_record(component, record)
         return int(answer["pid"])
 
     def exited(self, component: str) -> int | None:
@@ -315,85 +301,20 @@ class LocalEnvironment:
                                          tail(self.log_file(name)))
             time.sleep(0.1)
 
-    # -- database ---------------------------------------------------------------------------
-    def patroni_cluster(self) -> dict[str, Any]:
-        """Patroni's view of the cluster, from the first member that answers."""
-        last: Exception | None = None
-        for name in ("pg-0", "pg-1"):
-            try:
-                response = httpx.get(f"http://127.0.0.1:{self.components[name].ports['rest']}/cluster",
-                                     timeout=1.0)
-                response.raise_for_status()
-                return response.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                last = exc
-        raise EnvError(f"no Patroni member answers /cluster: {last}")
-
-    def db_roles(self) -> dict[str, str]:
-        """member name -> role (leader, sync_standby, replica) as Patroni reports it."""
-        try:
-            members = self.patroni_cluster().get("members", [])
-        except EnvError:
-            return {}
-        return {m["name"]: m["role"] for m in members}
-
-    def db_leader(self) -> str | None:
-        for name, role in self.db_roles().items():
-            if role in ("leader", "master", "primary"):
-                return name
-        return None
+    # -- database (infra/local/database.py) -------------------------------------------------
+    @property
+    def db(self) -> LocalDatabase:
+        return LocalDatabase(self)
 
     def db_writable(self, timeout: float = 2.0) -> bool:
-        """True when a write through the HAProxy `pg` frontend commits."""
-        import psycopg
-
-        try:
-            with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], self.db_secrets()),
-                                 autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
-                conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
-                conn.execute("CREATE TABLE IF NOT EXISTS gameday_probe (t timestamptz)")
-                conn.execute("INSERT INTO gameday_probe VALUES (now())")
-            return True
-        except psycopg.Error:
-            return False
+        return self.db.writable(timeout)
 
     def wait_db_writable(self, timeout: float) -> float:
-        seconds = poll(self.db_writable, timeout, 0.1)
-        if seconds is not None:
-            return seconds
-        raise ComponentUnhealthy(self.db_leader() or "pg-0",
-                                 f"no write through HAProxy committed within {timeout:.0f} s",
-                                 tail(self.log_file(self.db_leader() or "pg-0")))
+        return self.db.wait_writable(timeout)
 
-    def wait_sync_standby(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            roles = self.db_roles()
-            for name, role in roles.items():
-                if role == "sync_standby":
-                    return name
-            time.sleep(0.2)
-        standby = next((n for n in ("pg-0", "pg-1") if n != self.db_leader()), "pg-1")
-        raise ComponentUnhealthy(standby, f"no synchronous standby within {timeout:.0f} s "
-                                 f"(roles {self.db_roles()})", tail(self.log_file(standby)))
-
-    def db_secrets(self) -> Secrets:
-        return Secrets(**self.info["secrets"])
-
-    def _setup_database(self) -> None:
-        import psycopg
-        from psycopg import sql
-
-        secrets = self.db_secrets()
-        with psycopg.connect(superuser_dsn(self.info["ports"]["haproxy_pg"], secrets),
-                             autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone()
-            verb = "ALTER" if exists else "CREATE"
-            conn.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(APP_USER), sql.Literal(secrets.pg_app)))
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():
-                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                    sql.Identifier(APP_DB), sql.Identifier(APP_USER)))
+    def tail(self, component: str, lines: int = 25) -> str:
+        """The end of a component's log (for error messages)."""
+        return tail(self.log_file(component), lines)
 
     def _run_step(self, name: str, argv: list[str], timeout: float = 60.0) -> None:
         log = self.log_file(name)
@@ -493,7 +414,7 @@ class LocalEnvironment:
             if with_cp:
                 self._up_controlplane(say, timeout, agents)
             hooks.up(self, say, timeout)
-            standby = self.wait_sync_standby(timeout)
+            standby = self.db.wait_sync_standby(timeout)
             say(f"synchronous standby: {standby}")
             if not os.environ.get(OWNER_ENV):
                 self.supervisor.call("detach")  # outlives `up`: stopped by `down`
@@ -547,7 +468,7 @@ class LocalEnvironment:
                 env={**os.environ, procs.MARKER_VAR: str(self.state_dir)},
             )
         info = procs.read_stat(proc.pid)
-        self._pid_file("supervisor").write_text(json.dumps(
+        self.state.write_pid_record("supervisor", (
             {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None,
              "started_at": utcnow()}))
         deadline = time.monotonic() + 10
@@ -579,8 +500,8 @@ class LocalEnvironment:
         self.info["endpoints"]["image_digest"] = digest
         self.wait_healthy(["pg-0", "pg-1"], timeout, say)
         self.wait_db_writable(timeout)
-        say(f"database primary: {self.db_leader()}")
-        self._setup_database()
+        say(f"database primary: {self.db.leader()}")
+        self.db.setup_app_database()
 
     def _create_bucket(self) -> None:
         url = f"{self.endpoints['s3']}/{BUCKET}"
@@ -605,7 +526,7 @@ class LocalEnvironment:
         dsn = self.endpoints["dsn"]
         self._run_step("migrate", gameday_argv("controlplane", "migrate", "--dsn", dsn))
         say("schema migrated")
-        secrets = self.db_secrets()
+        secrets = self.db.secrets()
         seed = {
             "projects": [{"name": p, "token": t} for p, t in secrets.project_tokens.items()],
             "agent_tokens": [secrets.agent_token],
@@ -722,7 +643,7 @@ class LocalEnvironment:
         """env.json plus live health of each component (secrets left out)."""
         with ThreadPoolExecutor(8) as pool:
             checks = dict(zip(self.components, pool.map(self.check, self.components)))
-        roles = self.db_roles() if self.components else {}
+        roles = self.db.roles() if self.components else {}
         components = {}
         for name, spec in self.components.items():
             ok, detail = checks[name]
@@ -738,7 +659,7 @@ class LocalEnvironment:
         info.update(
             components=components,
             healthy=bool(components) and all(c["healthy"] for c in components.values()),
-            db_leader=self.db_leader() if self.components else None,
+            db_leader=self.db.leader() if self.components else None,
             processes=len(pids), rss_mib=round(procs.rss_kib(pids) / 1024, 1),
             pss_mib=round(procs.pss_kib(pids) / 1024, 1),
             active_faults=self.faults.active() if self.info else {},
@@ -746,6 +667,4 @@ class LocalEnvironment:
         return info
 
     def note(self, what: str, details: dict[str, Any] | None = None) -> None:
-        from infra.local.faults import Timeline
-
-        Timeline(self.timeline_file).record("note", what, self.name, details or {})
+        self.state.note(what, details)

@@ -26,44 +26,21 @@ target means the whole database node (Patroni and its postgres); ``primary/postg
 
 from __future__ import annotations
 
-import fcntl
 import json
 import signal
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from infra.local import procs
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
+from infra.timeline import Timeline
 
 if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment
 
 PROXY_MODES = ("refuse", "blackhole")
-
-
-class Timeline:
-    """Append-only JSONL fault timeline (CONTRACTS.md section 4)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def record(self, event: str, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
-        from infra.local.env import utcnow
-
-        line = {"time": utcnow(), "event": event, "fault": fault, "target": target, "details": details}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as out:
-            fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(json.dumps(line) + "\n")
-        return line
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
 class FaultInjector:
@@ -112,12 +89,12 @@ class FaultInjector:
         if scope not in ("", "postgres"):
             raise UnknownTarget(f"target {target!r}: only '<pg member>/postgres' has a scope")
         if base in ("primary", "leader"):
-            leader = self.env.db_leader()
+            leader = self.env.db.leader()
             if leader is None:
                 raise NotRunning("no database primary right now (Patroni reports no leader)")
             base = leader
         elif base in ("standby", "replica"):
-            roles = self.env.db_roles()
+            roles = self.env.db.roles()
             standby = next((n for n, r in roles.items() if r in ("sync_standby", "replica")), None)
             if standby is None:
                 raise NotRunning(f"no database standby right now (roles {roles})")
@@ -236,8 +213,8 @@ class FaultInjector:
     # -- database ---------------------------------------------------------------------------
     def failover_db(self, candidate: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
         """Patroni failover to the synchronous standby; returns once writes commit again."""
-        roles = self.env.db_roles()
-        leader = self.env.db_leader()
+        roles = self.env.db.roles()
+        leader = self.env.db.leader()
         if leader is None:
             raise NotRunning(f"no database primary to fail over from (roles {roles})")
         if candidate is None:
@@ -254,13 +231,13 @@ class FaultInjector:
             raise EnvError(f"Patroni refused the failover to {candidate}: HTTP {response.status_code} "
                            f"{response.text.strip()}")
         deadline = time.monotonic() + timeout
-        while self.env.db_leader() != candidate and time.monotonic() < deadline:
+        while self.env.db.leader() != candidate and time.monotonic() < deadline:
             time.sleep(0.05)
         self.env.wait_db_writable(max(1.0, deadline - time.monotonic()))
         seconds = round(time.monotonic() - started, 3)
         # The fault ends when redundancy is back: with synchronous_mode only a *synchronous*
         # standby may be promoted, so a primary loss right now would not fail over.
-        self.env.wait_sync_standby(max(1.0, deadline - time.monotonic()))
+        self.env.db.wait_sync_standby(max(1.0, deadline - time.monotonic()))
         redundant = round(time.monotonic() - started, 3)
         details = {"from": leader, "to": candidate, "writable_after_s": seconds,
                    "sync_standby_after_s": redundant}

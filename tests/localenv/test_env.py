@@ -57,7 +57,7 @@ def test_up_brings_every_component_up_healthy(env: LocalEnvironment) -> None:
     # datasets exist in only some regions, so routing eligibility matters
     regions_with = {a.region for a in agents.values() if "imagenet-mini" in a.datasets}
     assert regions_with and regions_with != {a.region for a in agents.values()}
-    assert sorted(env.db_roles().values()) == ["leader", "sync_standby"]
+    assert sorted(env.db.roles().values()) == ["leader", "sync_standby"]
     assert (env.state_dir / "env.json").stat().st_mode & 0o077 == 0  # holds tokens
     assert status["up_seconds"] <= 30
 
@@ -177,11 +177,11 @@ def test_withdraw_and_restore_pool(env: LocalEnvironment) -> None:
 
 
 def test_failover_db_moves_the_primary_and_writes_continue(env: LocalEnvironment) -> None:
-    before = env.db_leader()
+    before = env.db.leader()
     result = env.faults.failover_db()
-    assert result["from"] == before and env.db_leader() == result["to"] != before
+    assert result["from"] == before and env.db.leader() == result["to"] != before
     assert env.db_writable()
-    assert sorted(env.db_roles().values()) == ["leader", "sync_standby"]
+    assert sorted(env.db.roles().values()) == ["leader", "sync_standby"]
     print(f"\nplanned failover: writable after {result['writable_after_s']} s, "
           f"sync standby after {result['sync_standby_after_s']} s")
 

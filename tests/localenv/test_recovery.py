@@ -96,8 +96,8 @@ def test_api_replica_sigkill_under_load_fails_no_submission(env: LocalEnvironmen
 
 
 def test_primary_sigkill_writes_back_within_20s_and_no_ack_lost(env: LocalEnvironment) -> None:
-    env.wait_sync_standby(30)
-    old = env.db_leader()
+    env.db.wait_sync_standby(30)
+    old = env.db.leader()
     with Load(env, threads=2) as load:
         time.sleep(1.5)
         killed = env.faults.kill("primary")  # the whole node: Patroni and postgres
@@ -110,7 +110,7 @@ def test_primary_sigkill_writes_back_within_20s_and_no_ack_lost(env: LocalEnviro
         probe.close()
         while load.count() < acked_at_kill + 5:
             time.sleep(0.1)
-    assert killed["target"] == old and env.db_leader() not in (None, old)
+    assert killed["target"] == old and env.db.leader() not in (None, old)
     assert write_back <= 20, f"writes accepted again only after {write_back:.1f} s"
     assert load.failed == []
     acked = dict(load.acked)
@@ -119,7 +119,7 @@ def test_primary_sigkill_writes_back_within_20s_and_no_ack_lost(env: LocalEnviro
     print(f"\nprimary SIGKILL: API accepted a new submission after {write_back:.2f} s; "
           f"{len(acked)} acknowledged submissions all present")
     env.faults.start(old)
-    env.wait_sync_standby(30)
+    env.db.wait_sync_standby(30)
 
 
 def test_zz_down_stops_everything_within_5s(local_env: LocalEnvironment) -> None:

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from infra.local import procs
-from infra.local.faults import Timeline
 from infra.local.supervisor import SupervisorClient
 from infra.local.topology import allocate_ports
+from infra.timeline import Timeline
 
 
 def _free_port() -> int:
