@@ -41,6 +41,7 @@ __all__ = [
     "stop_agents_in_region",
     "submit_workloads",
     "wait_for_operations",
+    "wait_for_progress",
     "wait_for_storage_pause",
     "withdraw_pool",
 ]
@@ -220,9 +221,12 @@ def kill_agent_during_checkpoint(tag: str, after_step: int = 1, timeout: float =
     """SIGKILL the agent running the workload *inside* a checkpoint write: after the write's
     files reached the store and before its manifest did (the workload is submitted with a
     ``checkpoint_commit_delay`` that holds that window open). Timed on the workload's own
-    ``checkpoint_started`` event and verified in the store: the action fails unless the killed
-    write is left torn (files, no manifest), so a kill that landed outside a write can never be
-    taken for a rehearsal of this failure class."""
+    ``checkpoint_started`` event. The node is frozen first (SIGSTOP, agent and workload), the
+    store is checked while nothing can write, and only a torn write is killed; a write that
+    committed meanwhile is thawed and the next checkpoint is tried. Verified again after the
+    kill: the action fails unless the write is left torn, so a kill that landed outside a
+    write can never be taken for a rehearsal of this failure class (a failed action fails the
+    experiment)."""
     ctx = _ctx(configuration)
     op_id = ctx.recall(tag)[0]
     deadline = time.monotonic() + timeout
@@ -240,6 +244,11 @@ def kill_agent_during_checkpoint(tag: str, after_step: int = 1, timeout: float =
             if files is None:
                 continue  # this write committed before we looked: wait for the next one
             agent = _running_agent(ctx, op_id)
+            ctx.driver.hang(agent)  # freeze the node mid-write: no race with the manifest
+            time.sleep(0.5)  # a request already on the wire lands (or not) before we look
+            if any(k.endswith("MANIFEST.json") for k in _object_keys(ctx, prefix)):
+                ctx.driver.resume(agent)
+                continue  # it committed after all: thaw and try the next checkpoint
             out = ctx.driver.kill(agent)
             killed_at = utcnow()
             time.sleep(1.0)  # the workload dies with its agent: nothing may commit afterwards
@@ -260,6 +269,31 @@ def kill_agent_during_checkpoint(tag: str, after_step: int = 1, timeout: float =
                              "write could be interrupted")
         time.sleep(0.05)
     raise ChaosError(f"no checkpoint write of {op_id} could be interrupted within {timeout}s")
+
+
+def wait_for_progress(tag: str, min_step: int = 1, timeout: float = 60.0,
+                      configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Return once every operation of ``tag`` reported training progress (at least
+    ``min_step``): its workload is past its start-up and inside its run, so a fault injected
+    now meets the run, not a process still importing its libraries."""
+    ctx = _ctx(configuration)
+    ids = ctx.recall(tag)
+    deadline = time.monotonic() + timeout
+    steps: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        for op_id in ids:
+            try:
+                view = ctx.platform.get(op_id, timeline=True)
+            except PlatformError:
+                continue
+            seen = [int((e.get("data") or {}).get("step") or 0) for e in view.events
+                    if e["kind"] in ("progress", "checkpoint_started", "checkpoint_written")]
+            steps[op_id] = max(seen, default=0)
+        if len(steps) == len(ids) and min(steps.values()) >= min_step:
+            return {"tag": tag, "steps": steps}
+        time.sleep(0.25)
+    raise ChaosError(f"operations of {tag!r} made no progress to step {min_step} within "
+                     f"{timeout}s: {steps}")
 
 
 def wait_for_storage_pause(tag: str, timeout: float = 10.0, configuration: Configuration = None,

@@ -95,7 +95,9 @@ def _experiment_check(specs: Specs, e: ExperimentResult) -> Check:
     weight = specs.gate.weight_experiment
     if not e.measured:
         return _not_measured(f"{e.name}.experiment", e, objective, "completed", weight, False)
-    message = f"journal status {e.journal_status}" + (", deviated" if e.deviated else "")
+    message = (f"journal status {e.journal_status}" + (", deviated" if e.deviated else "")
+               + (f", method activity {', '.join(e.failed_activities)} failed"
+                  if e.failed_activities else ""))
     return Check(
         id=f"{e.name}.experiment", experiment=e.name, objective=objective,
         measured=None, expected="completed", weight=weight, key=False,

@@ -374,6 +374,7 @@ def evaluate_experiment(
         "rto_seconds": ro.rto_seconds,
         "expected_alerts": alert_names,
         "invariant_names": invariant_names,
+        "failed_activities": j.failed_activities,
         "runner_status": status.status if status else None,
         "runner_detail": (status.detail or None) if status else None,
     }
@@ -545,6 +546,8 @@ def evaluate_experiment(
     if not j.experiment_ok:
         findings.append(
             f"{exp.name}: experiment {j.status}" + (", deviated" if j.deviated else "")
+            + (f", method activity {', '.join(j.failed_activities)} failed"
+               if j.failed_activities else "")
         )
     return ExperimentResult(
         **about,

@@ -208,13 +208,22 @@ class Journal(_Record):
     gameday: GamedayExtension
 
     @property
+    def failed_activities(self) -> list[str]:
+        """Method activities that raised. Chaos Toolkit records them and carries on (the
+        journal still says "completed"), but an experiment whose fault or whose check of its
+        own fault failed did not do what it was designed to."""
+        return [a.name for a in self.activities if a.status != "succeeded"]
+
+    @property
     def experiment_ok(self) -> bool:
         """Chaos Toolkit exits 0 when the steady state is broken *before* the method, so the
-        before-check is ours to read (docs/DESIGN.md section 8.2)."""
+        before-check is ours to read (docs/DESIGN.md section 8.2); a failed method activity
+        fails the experiment too."""
         return (
             self.status == "completed"
             and not self.deviated
             and self.steady_state_before_met is not False
+            and not self.failed_activities
         )
 
 

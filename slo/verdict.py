@@ -142,6 +142,7 @@ class ExperimentResult(_M):
     invariants: list[InvariantOutcome] = Field(default_factory=list)
     # every invariant the experiment is judged by (objective's + the experiment's own)
     invariant_names: list[str] = Field(default_factory=list)
+    failed_activities: list[str] = Field(default_factory=list)  # method activities that raised
     findings: list[str] = Field(default_factory=list)
 
 

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from controlplane import storage
     from controlplane.workload.events import emit
     from controlplane.workload.model import TrainConfig
-    from controlplane.workload.run import RunContext, sleep, train
+    from controlplane.workload.run import RunContext, pause_reporter, sleep, train
 
     config = TrainConfig(steps=args.steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                          batch_size=args.batch_size, learning_rate=args.learning_rate)
@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     store = storage.ObjectStore.from_config(
         storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)
     )
+    # a store that is down at start is a pause too: say so from the first try on
+    store.on_retry = pause_reporter
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
                      checkpoint_commit_delay=args.checkpoint_commit_delay)
     if args.kind == "fail":

@@ -36,7 +36,7 @@ def resume_state(ctx: RunContext, config: model.TrainConfig) -> model.TrainState
     return state
 
 
-def _pause_reporter(key: str, attempt: int, error: Exception) -> None:
+def pause_reporter(key: str, attempt: int, error: Exception) -> None:
     if attempt == 1 or attempt % 10 == 0:
         emit("log", f"object storage unavailable, pausing ({key}, try {attempt}): {error}",
              storage_unavailable=True, key=key, tries=attempt)
@@ -56,7 +56,7 @@ def _finish(ctx: RunContext, weights: bytes, metrics: dict[str, object]) -> None
 
 def sleep(ctx: RunContext, seconds: float) -> None:
     """Load-test filler: progress for ``seconds``, then an (empty) model as artifact."""
-    ctx.store.on_retry = _pause_reporter
+    ctx.store.on_retry = pause_reporter
     ticks = max(1, int(seconds / 0.1))
     for i in range(ticks):
         time.sleep(seconds / ticks)
@@ -85,7 +85,7 @@ def _best_effort_writes(ctx: RunContext) -> None:
 
 def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
     config.validate()
-    ctx.store.on_retry = _pause_reporter
+    ctx.store.on_retry = pause_reporter
     if defects.enabled("success-without-artifacts"):
         _best_effort_writes(ctx)
     state = resume_state(ctx, config)

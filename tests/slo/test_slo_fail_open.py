@@ -123,3 +123,22 @@ def test_bug4_stuck_for_good_after_the_fault_never_recovered(make_run) -> None:
     assert verdict.experiments[0].recovery_seconds is None
     assert rto.status == "fail" and rto.message == "never recovered within the evidence"
     assert verdict.exit_code == EXIT_OBJECTIVE
+
+
+def test_a_failed_method_activity_fails_the_experiment(tmp_path: Path) -> None:
+    """Chaos Toolkit carries on past a failed action and still writes status "completed": an
+    experiment whose own check of its fault failed (the kill missed the checkpoint write, the
+    outage met no write) must not read as passed."""
+    from slo.evidence import _parse_journal
+
+    raw = {"experiment": {"title": "t", "x-gameday": {"recovery_objective": "x", "runbook": "x"}},
+           "status": "completed", "deviated": False, "start": "2025-01-06T10:00:00",
+           "end": "2025-01-06T10:01:00",
+           "steady_states": {"before": {"steady_state_met": True}},
+           "run": [{"activity": {"name": "inject", "type": "action"}, "status": "succeeded"},
+                   {"activity": {"name": "kill-inside-write", "type": "action"},
+                    "status": "failed"}]}
+    journal = _parse_journal(raw, "journal.json")
+    assert journal.failed_activities == ["kill-inside-write"] and not journal.experiment_ok
+    raw["run"][1]["status"] = "succeeded"
+    assert _parse_journal(raw, "journal.json").experiment_ok
