@@ -29,8 +29,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from gameday import collect
 from gameday.suites import SuiteError, experiment_names, load_experiment
+from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
+from infra.local.env import LocalEnvironment
+from infra.local.errors import EnvError
 from infra.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,
@@ -38,7 +42,13 @@ from infra.schedule import (
     active_freeze,
     load_freeze_windows,
 )
+from platforms import get_adapter
 from platforms import registry as platform_registry
+from slo.cli import print_verdict
+from slo.evaluate import EXIT_EVIDENCE, evaluate_run, observation_seconds
+from slo.evidence import EvidenceError
+from slo.report import write_reports
+from slo.specs import SpecError, load_specs
 
 LOCAL_ENVS = ("local",)
 CLOUD_ENVS = ("dev", "staging", "prod")
@@ -135,7 +145,6 @@ def dry_run(opts: Options, names: list[str], console: Console) -> int:
             _say(console, f"    fault: {fault}")
         _say(console, "    rollback: restore_all (always, also on Ctrl-C)")
     if opts.env in LOCAL_ENVS:
-        from infra.local.env import LocalEnvironment
 
         env = LocalEnvironment(opts.env_name, opts.home)
         state = "running (would be reused)" if env.is_running() else "not running (would be brought up)"
@@ -156,8 +165,6 @@ def dry_run(opts: Options, names: list[str], console: Console) -> int:
 def _dry_run_cloud(opts: Options, console: Console) -> None:
     """What a live run would hit, from the target file alone (no credentials, no API call);
     a target a live run would refuse is reported here, without failing the dry run."""
-    from infra.cloud.env import CloudEnvError, CloudTargetFile
-
     assert opts.target is not None
     try:
         t = CloudTargetFile.load(opts.target, opts.env)
@@ -253,8 +260,6 @@ def run_gameday(opts: Options, console: Console) -> int:
     if opts.env in CLOUD_ENVS:
         return run_cloud_gameday(opts, names, console)
 
-    from infra.local.env import LocalEnvironment
-    from infra.local.errors import EnvError
 
     env = LocalEnvironment(opts.env_name, opts.home)
     started_env = False
@@ -292,8 +297,6 @@ def run_gameday(opts: Options, console: Console) -> int:
 def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     """dev/staging/prod: the environment must exist already (no up/down); the lock is a Lease
     in the cluster; faults go through CloudFaults, recorded in the environment's timeline."""
-    from infra.cloud.env import CloudEnvError, CloudEnvironment
-
     assert opts.target is not None  # preflight refused a cloud env without one
     if not platform_registry.get(opts.platform).cloud:
         _say(console, f"[bold red]refused[/]: cloud game days target what infra/ deploys; "
@@ -343,7 +346,6 @@ def _sigterm_as_interrupt() -> Any:
 
 def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
                 console: Console, lock: Any = None) -> int:
-    from platforms import get_adapter
 
     run_dir.mkdir(parents=True)
     started_at = collect.utcnow()
@@ -370,7 +372,6 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     env_vars = {"GAMEDAY_ENV": env.name, "GAMEDAY_RUN_DIR": str(run_dir),
                 "GAMEDAY_PLATFORM": opts.platform, "GAMEDAY_HOME": str(resolve_home(opts.home))}
     if cloud:  # chaos.context builds the same CloudEnvironment from these
-        from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 
         env_vars.update({CLOUD_TARGET_ENV: str(env.target.path),
                          CLOUD_STATE_ENV: str(env.state_dir),
@@ -481,9 +482,6 @@ def _run_operations(run_dir: Path) -> set[str]:
 def settle_seconds(env: str, experiment: str) -> float:
     """How long after an experiment ends (its work drained, every fault undone) the evaluator
     needs to see its SLIs recover and hold (slo.evaluate.observation_seconds)."""
-    from slo.evaluate import observation_seconds
-    from slo.specs import load_specs
-
     specs = load_specs(env)
     g = load_experiment(experiment).gameday
     ro = specs.recovery_objectives.get(str(g.get("recovery_objective")))
@@ -516,11 +514,6 @@ def _wait_healthy(env: Any, adapter: Any, timeout: float) -> tuple[bool, str]:
 
 
 def evaluate(run_dir: Path, console: Console) -> int:
-    from slo.cli import print_verdict
-    from slo.evaluate import EXIT_EVIDENCE, evaluate_run
-    from slo.evidence import EvidenceError
-    from slo.report import write_reports
-    from slo.specs import SpecError
 
     try:
         verdict = evaluate_run(run_dir)
