@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from infra.environment import FaultDriver
+from infra.environment import Environment, EnvironmentUnavailable, FaultDriver, open_environment
 from platforms import PlatformAdapter, get_adapter
 from slo.ledger import LedgerEntry, LedgerWriter
 
@@ -59,21 +59,17 @@ class Context:
         return os.environ.get(CLOUD_TARGET_ENV) or None
 
     @cached_property
-    def env(self) -> Any:
-        if self.cloud_target:
-            from infra.cloud.env import CloudEnvError, CloudEnvironment
-
-            state = os.environ.get(CLOUD_STATE_ENV)
-            allow = os.environ.get(ALLOW_PROD_ENV, "").lower() in ("1", "true", "yes")
-            try:
-                return CloudEnvironment.from_target(
-                    Path(self.cloud_target), self.env_name, home=self.home,
-                    state_dir=Path(state) if state else None, allow_prod=allow)
-            except CloudEnvError as exc:
-                raise ChaosError(str(exc)) from None
-        from infra.local.env import LocalEnvironment
-
-        return LocalEnvironment.load(self.env_name, self.home)
+    def env(self) -> Environment:
+        """The environment, seen only through infra/environment.py."""
+        state = os.environ.get(CLOUD_STATE_ENV)
+        try:
+            return open_environment(
+                self.env_name, self.home,
+                cloud_target=Path(self.cloud_target) if self.cloud_target else None,
+                cloud_state_dir=Path(state) if state else None,
+                allow_prod=os.environ.get(ALLOW_PROD_ENV, "").lower() in ("1", "true", "yes"))
+        except EnvironmentUnavailable as exc:
+            raise ChaosError(str(exc)) from None
 
     @cached_property
     def platform(self) -> PlatformAdapter:

@@ -86,6 +86,32 @@ class Environment(Protocol):
     def applicability(self, experiment: str) -> str | None: ...  # None, or why it cannot run
 
 
+class EnvironmentUnavailable(Exception):
+    """The environment cannot be opened (message says which and why)."""
+
+
+def open_environment(name: str, home: Path | None, *, cloud_target: Path | None = None,
+                     cloud_state_dir: Path | None = None, allow_prod: bool = False
+                     ) -> Environment:
+    """An environment that exists already: the cloud stack a target file describes, or the
+    local environment ``name`` under ``home``. What experiments' actions and probes open."""
+    if cloud_target is not None:
+        from infra.cloud.env import CloudEnvError, CloudEnvironment
+
+        try:
+            return CloudEnvironment.from_target(cloud_target, name, home=home,
+                                                state_dir=cloud_state_dir, allow_prod=allow_prod)
+        except CloudEnvError as exc:
+            raise EnvironmentUnavailable(str(exc)) from None
+    from infra.local.env import LocalEnvironment
+    from infra.local.errors import EnvError
+
+    try:
+        return LocalEnvironment.load(name, home)
+    except EnvError as exc:
+        raise EnvironmentUnavailable(str(exc)) from None
+
+
 def poll(check: Callable[[], bool], timeout: float, interval: float) -> float | None:
     """Seconds until ``check()`` first held, or None when it did not within ``timeout``."""
     start = time.monotonic()

@@ -169,10 +169,8 @@ def test_context_uses_the_cloud_facade_only_with_a_target(
     with pytest.raises(ChaosError, match="'staging' but --env is 'dev'"):
         _ = ctx.env
     monkeypatch.delenv(CLOUD_TARGET_ENV)
-    from infra.local.errors import NotRunning
-
     ctx = Context.from_configuration({"gameday_env": "local", "gameday_home": str(tmp_path)})
-    with pytest.raises(NotRunning):  # unchanged local behaviour: the local environment
+    with pytest.raises(ChaosError, match="has no state at"):  # without a target: local
         _ = ctx.env
 
 
