@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from chaos import actions, restore
+
 EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments"
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
@@ -22,13 +24,8 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
 
-FAULT_FUNCS = {
-    "kill", "hang", "stop", "crash_database_primary", "fail_over_database",
-    "make_artifact_store_unreachable", "make_registry_unreachable", "withdraw_pool",
-    "partition_agent", "partition_agent_running", "kill_agent_during_checkpoint",
-    "stop_agents_in_region", "lose_database", "restore_database_from_backup",
-    "partition_database", "send_late_reports",
-}
+# Marked where they are defined (FAULTS of each provider module), never copied here.
+FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)
 
 
 class SuiteError(Exception):
