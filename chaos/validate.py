@@ -46,39 +46,39 @@ def shown(path: Path) -> str:
 
 def validate_experiments(paths: Iterable[Path], env: str = "local") -> list[str]:
     """Every problem of every experiment; the specs of ``env`` are loaded once."""
-    from slo.specs import SpecError, load_specs
-
-    problems: list[str] = []
-    try:
-        objectives: set[str] | None = set(load_specs(env).recovery_objectives)
-    except SpecError as exc:
-        objectives = None
-        problems.append(f"slo/specs: cannot load the specs of env {env!r} to check the "
-                        f"experiments' recovery objectives: {exc}")
+    objectives, problems = recovery_objectives(env)
     for path in paths:
-        problems += validate_experiment(Path(path), env, objectives=objectives)
+        problems += experiment_problems(Path(path), objectives)
     return problems
 
 
-def validate_experiment(path: Path, env: str = "local",
-                        objectives: set[str] | None = None) -> list[str]:
-    """Every problem of one experiment file (empty: it is runnable as far as a file can tell).
-    ``objectives``: the RecoveryObjective names to accept; loaded from ``env``'s specs if None."""
-    name = shown(Path(path))
-    doc, problems = parse(Path(path))
-    if doc is None:
-        return [f"{name}: {p}" for p in problems]
-    if objectives is None:
-        from slo.specs import SpecError, load_specs
+def validate_experiment(path: Path, env: str = "local") -> list[str]:
+    """Every problem of one experiment file (empty: runnable, as far as a file can tell), its
+    recovery objective judged against ``env``'s specs."""
+    objectives, problems = recovery_objectives(env)
+    return problems + experiment_problems(Path(path), objectives)
 
-        try:
-            objectives = set(load_specs(env).recovery_objectives)
-        except SpecError as exc:
-            problems.append(f"x-gameday: cannot load the specs of env {env!r}: {exc}")
-    problems += chaostoolkit_problems(doc)
-    for field, activity in activities(doc):
-        problems += activity_problems(field, activity)
-    problems += gameday_problems(doc, objectives, RUNBOOK_DIR)
+
+def recovery_objectives(env: str) -> tuple[set[str] | None, list[str]]:
+    """The RecoveryObjective names of ``env``'s specs, or None and why they cannot be read."""
+    from slo.specs import SpecError, load_specs
+
+    try:
+        return set(load_specs(env).recovery_objectives), []
+    except SpecError as exc:
+        why = f"cannot load the specs of env {env!r} to check recovery objectives: {exc}"
+        return None, [f"slo/specs: {why}"]
+
+
+def experiment_problems(path: Path, objectives: set[str] | None) -> list[str]:
+    """``objectives`` None: the specs could not be read (reported once by the caller)."""
+    name = shown(path)
+    doc, problems = parse(path)
+    if doc is not None:
+        problems += chaostoolkit_problems(doc)
+        for field, activity in activities(doc):
+            problems += activity_problems(field, activity)
+        problems += gameday_problems(doc, objectives, RUNBOOK_DIR)
     return [f"{name}: {p}" for p in problems]
 
 
