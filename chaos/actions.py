@@ -46,6 +46,25 @@ __all__ = [
     "withdraw_pool",
 ]
 
+# The actions that inject a fault (the others undo one or drive the workload): what
+# `gameday run --dry-run` lists as hit. Each is in __all__ (tests/chaos/test_faults_marked.py).
+FAULTS = (
+    "crash_database_primary",
+    "fail_over_database",
+    "hang",
+    "kill",
+    "kill_agent_during_checkpoint",
+    "make_artifact_store_unreachable",
+    "make_registry_unreachable",
+    "partition_agent",
+    "partition_agent_running",
+    "partition_database",
+    "send_late_reports",
+    "stop",
+    "stop_agents_in_region",
+    "withdraw_pool",
+)
+
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
 

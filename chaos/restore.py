@@ -25,6 +25,9 @@ __all__ = [
     "take_database_backup",
 ]
 
+# The actions that inject a fault, as in chaos/actions.py (what `gameday run --dry-run` lists).
+FAULTS = ("lose_database", "restore_database_from_backup")
+
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
 

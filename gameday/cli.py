@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
     "run": ("gameday.run", "run_cmd", "Run a game day (faults under load) and print the verdict."),
     "gate": ("gameday.run", "gate_cmd", "CI SLO gate: a game day whose exit code gates the pipeline."),
+    "validate": ("gameday.suites", "validate_cmd", "Check experiments before a run."),
     "selftest": ("gameday.selftest", "selftest_cmd",
                  "Prove each experiment catches its seeded control-plane defect (test only)."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),

@@ -27,11 +27,12 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from gameday import collect
-from gameday.suites import SuiteError, experiment_names, load_experiment
+from gameday.suites import SuiteError, experiment_names, load_experiment, validate_names
 from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError
@@ -128,11 +129,17 @@ def preflight(opts: Options) -> list[str]:
     if window is not None:
         raise ScheduleError(f"inside freeze window {window.name!r} for {opts.env} "
                             f"({opts.freeze_file}): no injection")
+    # a wrong func or argument would otherwise surface mid game day, with the load running
+    problems = validate_names(names, opts.env)
+    if problems:
+        raise SuiteError(f"{len(problems)} problem(s) in the experiments, nothing was started:\n"
+                         + "\n".join(f"  {escape(p)}" for p in problems))
     return names
 
 
 def dry_run(opts: Options, names: list[str], console: Console) -> int:
     """Print exactly what would be hit; change nothing."""
+    _say(console, f"validated {len(names)} experiments")  # preflight did, before this
     _say(console, f"[bold]gameday run --dry-run[/]: env {opts.env}, suite {opts.suite}, "
                   f"{len(names)} experiment(s), in this order:")
     for n in names:

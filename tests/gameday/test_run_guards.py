@@ -57,6 +57,7 @@ def test_dry_run_lists_faults_and_changes_nothing(tmp_path: Path) -> None:
     code, out = _run("run", "--suite", "core", "--dry-run", "--runs-dir",
                      str(tmp_path / "runs"), home=tmp_path)
     assert code == 0, out
+    assert "validated 9 experiments" in out
     assert "crash_database_primary" in out and "withdraw_pool(pool=gpu)" in out
     assert "would be brought up" in out and "nothing was changed" in out
     assert not (tmp_path / "runs").exists() and not (tmp_path / ".gameday").exists()
