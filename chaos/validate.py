@@ -59,6 +59,28 @@ def validate_experiment(path: Path, env: str = "local") -> list[str]:
     return problems + experiment_problems(Path(path), objectives)
 
 
+def _names_problems(field: str, ext: Mapping[str, Any], key: str, known: set[str],
+                    what: str) -> list[str]:
+    """An unknown name in a list the evaluator reads (a typo would silently judge less)."""
+    names = ext.get(key) or []
+    if not isinstance(names, list):
+        return [f"{field}.{key}: a list of names, not {type(names).__name__}"]
+    return [f"{field}.{key}[{i}]: no {what} {n!r} (known: {', '.join(sorted(known))})"
+            for i, n in enumerate(names) if n not in known]
+
+
+def known_slos() -> set[str]:
+    from slo.specs import KNOWN_SLIS
+
+    return set(KNOWN_SLIS)
+
+
+def known_invariants() -> set[str]:
+    from slo.invariants import KNOWN_INVARIANTS
+
+    return set(KNOWN_INVARIANTS)
+
+
 def recovery_objectives(env: str) -> tuple[set[str] | None, list[str]]:
     """The RecoveryObjective names of ``env``'s specs, or None and why they cannot be read."""
     from slo.specs import SpecError, load_specs
@@ -223,6 +245,8 @@ def gameday_problems(doc: Mapping[str, Any], objectives: set[str] | None,
             and objective not in objectives:
         problems.append(f"{field}.recovery_objective: no RecoveryObjective {objective!r} in "
                         f"slo/specs (known: {', '.join(sorted(objectives))})")
+    problems += _names_problems(field, ext, "slos", known_slos(), "SLO")
+    problems += _names_problems(field, ext, "invariants", known_invariants(), "invariant")
     runbook = ext.get("runbook")
     if isinstance(runbook, str) and runbook.strip():
         if "/" in runbook or "\\" in runbook or runbook.startswith("."):

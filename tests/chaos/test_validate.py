@@ -74,6 +74,13 @@ BROKEN = [
          "extensions: no 'x-gameday' extension"),
     case("Chaos Toolkit's own rule", "api-replica-loss", [('title: "', 'heading: "')],
          "(chaostoolkit): experiment requires a title"),
+    case("unknown SLO", "api-replica-loss",
+         [("slos: [api-availability, submission-durability]",
+           "slos: [api-availability, submission-durabilty]")],
+         "extensions[0].slos[1]: no SLO 'submission-durabilty'"),
+    case("unknown invariant", "db-unreachable-from-api-replica",
+         [("invariants: [served-after-detection]", "invariants: [served-after-detecton]")],
+         "extensions[0].invariants[0]: no invariant 'served-after-detecton'"),
 ]
 
 
