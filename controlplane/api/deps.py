@@ -13,6 +13,7 @@ import psycopg
 from fastapi import Depends, Header, HTTPException, Request
 from psycopg_pool import AsyncConnectionPool
 
+from controlplane import db
 from controlplane.store import auth as auth_store
 
 # one logger name for the whole API, whichever router logs: log queries select on it
@@ -66,15 +67,10 @@ Pool = Annotated[AsyncConnectionPool, Depends(get_pool)]
 
 
 async def conn(pool: Pool) -> AsyncIterator[psycopg.AsyncConnection]:
-    try:
-        async with pool.connection() as c:
-            yield c
-    except psycopg.OperationalError as exc:
-        raise HTTPException(503, f"database unavailable: {exc.__class__.__name__}") from exc
-    except Exception as exc:
-        if exc.__class__.__name__ == "PoolTimeout":
-            raise HTTPException(503, "database unavailable: no connection") from exc
-        raise
+    # the route's statements run inside this block, so their availability failures leave as
+    # StoreUnavailable too (api/errors.py answers 503)
+    async with db.connection(pool) as c:
+        yield c
 
 
 Conn = Annotated[psycopg.AsyncConnection, Depends(conn)]
@@ -90,11 +86,8 @@ async def principal(request: Request, pool: Pool,
     tokens: TokenCache = request.app.state.tokens
     p = tokens.get(token)
     if p is None:
-        try:
-            async with pool.connection() as c:
-                p = await auth_store.lookup(c, token)
-        except psycopg.OperationalError as exc:
-            raise HTTPException(503, "database unavailable") from exc
+        async with db.connection(pool) as c:
+            p = await auth_store.lookup(c, token)
         if p is None:
             raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"})
         tokens.put(token, p)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from controlplane import metrics
 from controlplane.api.deps import log
 from controlplane.api.middleware import route_template
-from controlplane.store import Conflict, InvalidReference, NotFound
+from controlplane.store import Conflict, InvalidReference, NotFound, StoreUnavailable
+
+# one body for every route; it states the submission's rule: a retry with the same key
+# cannot create a second operation
+DB_UNAVAILABLE = "database unavailable; retry with the same Idempotency-Key"
 
 
 def install(app: FastAPI) -> None:
@@ -25,9 +28,10 @@ def install(app: FastAPI) -> None:
     async def _ir(request: Request, exc: InvalidReference) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, 422)
 
-    @app.exception_handler(psycopg.OperationalError)
-    async def _db(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+    # the one answer to a database that is unreachable or failed mid-request, whichever route
+    # and whether the connection, the token lookup or a statement failed (controlplane.db)
+    @app.exception_handler(StoreUnavailable)
+    async def _db(request: Request, exc: StoreUnavailable) -> JSONResponse:
         metrics.DB_ERRORS.labels(route_template(request.scope)).inc()
         log.warning("database error", extra={"action": "db_error", "error": str(exc)})
-        return JSONResponse({"detail": "database unavailable; retry with the same "
-                             "Idempotency-Key"}, 503)
+        return JSONResponse({"detail": DB_UNAVAILABLE}, 503)

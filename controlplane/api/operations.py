@@ -5,16 +5,15 @@ Every write commits before it answers (except the test-only write-behind)."""
 
 from typing import Annotated, Any
 
-import psycopg
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 
-from controlplane import metrics
+from controlplane import db, metrics
 from controlplane.api import serialize
 from controlplane.api.deps import AnyRole, Config, Conn, Pool, User, UserOrAdmin, log
 from controlplane.api.write_behind import WriteBehind
 from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
 from controlplane.states import OpState
-from controlplane.store import Conflict, InvalidReference
+from controlplane.store import Conflict, InvalidReference, StoreUnavailable
 from controlplane.store import operations as op_store
 
 router = APIRouter(tags=["operations"])
@@ -33,7 +32,7 @@ async def submit(spec: OperationSpec, p: User, response: Response, request: Requ
         return write_behind.ack(p, idempotency_key, doc)
     for attempt in (1, 2):
         try:
-            async with pool.connection() as c:
+            async with db.connection(pool) as c:
                 res = await op_store.submit(c, project_id=p.project_id,  # type: ignore[arg-type]
                                             key=idempotency_key, spec=doc,
                                             actor=f"user:{p.project}")
@@ -41,7 +40,7 @@ async def submit(spec: OperationSpec, p: User, response: Response, request: Requ
         except (Conflict, InvalidReference):
             metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
             raise
-        except psycopg.OperationalError:
+        except StoreUnavailable:
             # a pooled connection broken by a failover: the statement is idempotent
             # (ON CONFLICT on the key), so one retry on a fresh connection is safe
             if attempt == 2:
