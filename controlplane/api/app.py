@@ -23,11 +23,10 @@ __all__ = ["SETTINGS_ENV", "Settings", "app_from_env", "create_app"]
 def create_app(settings: Settings) -> FastAPI:
     if defects.enabled("ack-before-commit"):  # the seeded-defect switch for the same thing
         settings = dataclasses.replace(settings, unsafe_ack_before_commit=True)
-    pool = make_pool(settings.dsn, max_size=settings.pool_max)
-    write_behind = WriteBehind()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = app.state.pool  # the one the routers use (a test may have put its own there)
         # wait=False: the API must start (and answer /healthz, fail /readyz) with the DB down
         await pool.open(wait=False)
         flusher = None
@@ -35,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
             log.warning("UNSAFE: acknowledging submissions before commit (test-only mode)",
                         extra={"action": "unsafe_mode"})
             flusher = asyncio.create_task(
-                write_behind.flush_forever(pool, settings.unsafe_flush_seconds))
+                app.state.write_behind.flush_forever(pool, settings.unsafe_flush_seconds))
         yield
         if flusher:
             flusher.cancel()
@@ -46,9 +45,9 @@ def create_app(settings: Settings) -> FastAPI:
                   " leases with fencing, eligibility-first routing.")
     # what the routers' dependencies read (controlplane/api/deps.py)
     app.state.settings = settings
-    app.state.pool = pool
+    app.state.pool = make_pool(settings.dsn, max_size=settings.pool_max)
     app.state.tokens = TokenCache(settings.token_cache_seconds)
-    app.state.write_behind = write_behind
+    app.state.write_behind = WriteBehind()
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
     for router in (health.router, operations.router, agents.router, operator.router):
