@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from controlplane.store import StoreUnavailable
 
 DSN_ENV = "CONTROLPLANE_DSN"
 MIGRATIONS = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 7_301_001  # advisory lock id: replicas starting together migrate one at a time
-
-
-class DatabaseUnavailable(Exception):
-    """The database cannot be reached or failed mid-request (transient for clients)."""
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -48,6 +48,21 @@ def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnec
         kwargs={"autocommit": True, "connect_timeout": 3,
                 "application_name": "controlplane"},
     )
+
+
+@asynccontextmanager
+async def connection(pool: AsyncConnectionPool,
+                     timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection; every availability failure, getting it or in any statement run on
+    it, leaves as StoreUnavailable (the one translation of driver errors for the API). Other
+    errors (constraint violations, the store's domain errors) pass through unchanged."""
+    try:
+        async with pool.connection(timeout=timeout) as conn:
+            yield conn
+    # PoolTimeout (no connection within the pool's timeout) is an OperationalError today;
+    # named anyway so an exhausted pool stays a 503 should psycopg_pool ever re-parent it
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailable(str(exc)) from exc
 
 
 def migrate(dsn: str) -> str:

@@ -2,16 +2,17 @@
 acknowledged submission a restore lost under the operation id its client holds, and answer an
 id that could only be redirected with 308 to the operation that replaced it."""
 
-# no `from __future__ import annotations`: FastAPI must see the dependency aliases passed in.
+# no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
 import uuid
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field
 
 from controlplane.api import serialize
+from controlplane.api.deps import Admin, Conn
 from controlplane.models import Name, OperationSpec, Strict
 from controlplane.store import InvalidReference
 from controlplane.store import operations as op_store
@@ -32,33 +33,39 @@ class RestoreRequest(Strict):
     redirect_if_key_taken: bool = False
 
 
-def install(app: FastAPI, conn: Any, admin: Any) -> None:
-    """Add the routes and the 308 answer for redirected ids. ``conn`` and ``admin`` are the
-    app's connection and admin-role dependency aliases (Annotated[..., Depends(...)])."""
+router = APIRouter(tags=["operator"])
 
-    @app.exception_handler(op_store.Moved)
-    async def _moved(request: Request, exc: op_store.Moved) -> JSONResponse:
-        # the same sub-resource (events, attempts, cancel) of the operation that replaced it;
-        # 308 keeps the method and body
-        parts = [exc.new_id if seg == exc.old_id else seg for seg in request.url.path.split("/")]
-        location = "/".join(parts) + (f"?{request.url.query}" if request.url.query else "")
-        return JSONResponse({"detail": str(exc), "operation_id": exc.new_id}, 308,
-                            headers={"Location": location})
 
-    @app.post(RESTORE_ROUTE, status_code=201, tags=["operator"])
-    async def restore_operation(body: RestoreRequest, p: admin, c: conn,
-                                response: Response) -> dict[str, Any]:
-        cur = await c.execute("SELECT id::text FROM projects WHERE name = %s", (body.project,))
-        row = await cur.fetchone()
-        if row is None:
-            raise InvalidReference(f"field project: project {body.project!r} does not exist")
-        res = await op_store.restore(
-            c, project_id=row[0], key=body.idempotency_key,
-            spec=body.spec.model_dump(mode="json"), op_id=str(body.operation_id),
-            acked_at=body.acknowledged_at, restore_id=body.restore_id,
-            actor=f"admin:restore-{body.restore_id}",
-            redirect_if_key_taken=body.redirect_if_key_taken)
-        if not res.created:
-            response.status_code = 200
-        response.headers[IDENTITY_HEADER] = res.identity
-        return serialize.operation(res.operation, body.project)
+def install(app: FastAPI) -> None:
+    """Add the restore route and the 308 answer for redirected ids (an app-wide handler: any
+    route reading an operation may meet a redirected id)."""
+    app.add_exception_handler(op_store.Moved, _moved)  # type: ignore[arg-type]
+    app.include_router(router)
+
+
+async def _moved(request: Request, exc: op_store.Moved) -> JSONResponse:
+    # the same sub-resource (events, attempts, cancel) of the operation that replaced it;
+    # 308 keeps the method and body
+    parts = [exc.new_id if seg == exc.old_id else seg for seg in request.url.path.split("/")]
+    location = "/".join(parts) + (f"?{request.url.query}" if request.url.query else "")
+    return JSONResponse({"detail": str(exc), "operation_id": exc.new_id}, 308,
+                        headers={"Location": location})
+
+
+@router.post(RESTORE_ROUTE, status_code=201)
+async def restore_operation(body: RestoreRequest, p: Admin, c: Conn,
+                            response: Response) -> dict[str, Any]:
+    cur = await c.execute("SELECT id::text FROM projects WHERE name = %s", (body.project,))
+    row = await cur.fetchone()
+    if row is None:
+        raise InvalidReference(f"field project: project {body.project!r} does not exist")
+    res = await op_store.restore(
+        c, project_id=row[0], key=body.idempotency_key,
+        spec=body.spec.model_dump(mode="json"), op_id=str(body.operation_id),
+        acked_at=body.acknowledged_at, restore_id=body.restore_id,
+        actor=f"admin:restore-{body.restore_id}",
+        redirect_if_key_taken=body.redirect_if_key_taken)
+    if not res.created:
+        response.status_code = 200
+    response.headers[IDENTITY_HEADER] = res.identity
+    return serialize.operation(res.operation, body.project)

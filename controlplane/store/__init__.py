@@ -25,3 +25,9 @@ class StaleReport(StoreError):
     def __init__(self, message: str, operation_id: str | None = None) -> None:
         super().__init__(message)
         self.operation_id = operation_id
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached, gave no pooled connection in time, or lost the
+    connection mid-statement (controlplane.db.connection raises it). Transient: the same
+    request may succeed on a retry."""

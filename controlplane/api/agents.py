@@ -1,0 +1,137 @@
+"""Agent routes: register, heartbeat, claim work, and the fenced attempt calls (heartbeat,
+events, report). A report whose fencing token lost the attempt is refused with 409."""
+
+# no `from __future__ import annotations`: FastAPI must see the dependency aliases.
+
+import uuid
+from typing import Annotated, Any
+
+import psycopg
+from fastapi import APIRouter, Header, HTTPException
+from fastapi.responses import JSONResponse
+
+from controlplane import metrics
+from controlplane.api.deps import Agent, Config, Conn, log
+from controlplane.models import (
+    AgentEvents,
+    AgentRegistration,
+    AttemptEvents,
+    AttemptHeartbeat,
+    AttemptReport,
+    ClaimRequest,
+)
+from controlplane.store import StaleReport
+from controlplane.store import agents as agent_store
+
+router = APIRouter(tags=["agents"])
+
+
+@router.post("/v1/agents/register")
+async def register(body: AgentRegistration, p: Agent, c: Conn,
+                   settings: Config) -> dict[str, Any]:
+    agent_id = await agent_store.register(c, body.model_dump(mode="json"))
+    log.info("agent registered", extra={"action": "register", "agent": body.name,
+                                        "pool": body.pool})
+    return {"agent_id": agent_id, "lease_seconds": settings.lease_seconds,
+            "heartbeat_seconds": settings.heartbeat_seconds}
+
+
+@router.post("/v1/agents/{agent_id}/heartbeat")
+async def agent_heartbeat(agent_id: str, p: Agent, c: Conn) -> dict[str, bool]:
+    await agent_store.heartbeat(c, _uuid_or_404(agent_id, "agent"))
+    return {"ok": True}
+
+
+@router.post("/v1/agents/{agent_id}/claim")
+async def claim(agent_id: str, body: ClaimRequest, p: Agent, c: Conn,
+                settings: Config) -> dict[str, Any]:
+    rows = await agent_store.claim(c, _uuid_or_404(agent_id, "agent"), body.max,
+                                   settings.lease_seconds)
+    return {"items": [{
+        "attempt_id": str(r["attempt_id"]), "operation_id": str(r["operation_id"]),
+        "number": r["number"], "fencing_token": r["fencing_token"],
+        "lease_expires_at": r["lease_expires_at"].isoformat(),
+        "lease_seconds": r["lease_seconds"], "spec": r["spec"], "project": r["project"],
+    } for r in rows]}
+
+
+@router.post("/v1/agents/{agent_id}/events")
+async def agent_events(agent_id: str, body: AgentEvents, p: Agent, c: Conn,
+                       x_agent_name: Annotated[str, Header()] = "unknown") -> dict[str, int]:
+    n = await agent_store.agent_events(
+        c, _uuid_or_404(agent_id, "agent"), _uuid_or_404(body.attempt_id, "attempt"),
+        [e.model_dump(mode="json") for e in body.events], f"agent:{x_agent_name}")
+    return {"recorded": n}
+
+
+@router.post("/v1/attempts/{attempt_id}/heartbeat")
+async def attempt_heartbeat(attempt_id: str, body: AttemptHeartbeat, p: Agent, c: Conn,
+                            settings: Config,
+                            x_agent_name: Annotated[str, Header()] = "unknown") -> Any:
+    try:
+        out = await agent_store.attempt_heartbeat(
+            c, _uuid_or_404(attempt_id, "attempt"), body.fencing_token, body.progress,
+            settings.lease_seconds)
+    except StaleReport as exc:
+        return await _stale(c, exc, attempt_id, x_agent_name)
+    lease = out["lease_expires_at"]
+    return {"cancel": out["cancel"], "lease_expires_at": lease.isoformat() if lease else None}
+
+
+@router.post("/v1/attempts/{attempt_id}/events")
+async def attempt_events(attempt_id: str, body: AttemptEvents, p: Agent, c: Conn,
+                         x_agent_name: Annotated[str, Header()] = "unknown") -> Any:
+    try:
+        n = await agent_store.attempt_events(
+            c, _uuid_or_404(attempt_id, "attempt"), body.fencing_token,
+            [e.model_dump(mode="json") for e in body.events], f"agent:{x_agent_name}")
+    except StaleReport as exc:
+        return await _stale(c, exc, attempt_id, x_agent_name)
+    for e in body.events:
+        if e.kind in ("checkpoint_written", "artifact_written"):
+            metrics.ARTIFACT_WRITES.labels("ok").inc()
+        elif e.data.get("storage_unavailable"):
+            metrics.ARTIFACT_WRITES.labels("retrying").inc()
+    return {"recorded": n}
+
+
+@router.post("/v1/attempts/{attempt_id}/report")
+async def attempt_report(attempt_id: str, body: AttemptReport, p: Agent, c: Conn,
+                         settings: Config,
+                         x_agent_name: Annotated[str, Header()] = "unknown") -> Any:
+    try:
+        out = await agent_store.report(c, _uuid_or_404(attempt_id, "attempt"),
+                                       body.model_dump(mode="json"),
+                                       f"agent:{x_agent_name}",
+                                       retry_base=settings.retry_base_seconds)
+    except StaleReport as exc:
+        return await _stale(c, exc, attempt_id, x_agent_name)
+    pool = out.pop("pool", "unknown")
+    if body.state == "running" and out.get("scheduling_delay") is not None:
+        metrics.SCHEDULING_DELAY.labels(pool).observe(out["scheduling_delay"])
+    elif body.state == "succeeded":
+        metrics.ATTEMPTS_FINISHED.labels(pool, "succeeded", "").inc()
+    elif body.state == "failed":
+        reason = out.pop("reason", "other")
+        metrics.ATTEMPTS_FINISHED.labels(pool, "failed", reason).inc()
+        if out.pop("before_running", False):
+            metrics.STARTUP_FAILURES.labels(pool, reason).inc()
+    out.pop("scheduling_delay", None)
+    return out
+
+
+async def _stale(c: psycopg.AsyncConnection, exc: StaleReport, attempt_id: str,
+                 agent: str) -> JSONResponse:
+    metrics.STALE_REPORTS.labels(agent).inc()
+    await agent_store.record_stale(c, exc, attempt_id, f"agent:{agent}")
+    log.warning("stale report refused", extra={"action": "stale_report",
+                                               "attempt_id": attempt_id,
+                                               "operation_id": exc.operation_id})
+    return JSONResponse({"detail": str(exc)}, 409)
+
+
+def _uuid_or_404(value: str, what: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError as exc:
+        raise HTTPException(404, f"{what} {value} not found") from exc

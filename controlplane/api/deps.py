@@ -1,0 +1,110 @@
+"""What every router shares: the settings, the connection pool, the token cache (all kept on
+``app.state`` by `create_app`) and the principal/role dependencies."""
+
+# no `from __future__ import annotations`: FastAPI must see the Annotated aliases below.
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+import psycopg
+from fastapi import Depends, Header, HTTPException, Request
+from psycopg_pool import AsyncConnectionPool
+
+from controlplane import db
+from controlplane.store import auth as auth_store
+
+# one logger name for the whole API, whichever router logs: log queries select on it
+log = logging.getLogger("controlplane.api")
+
+
+@dataclass(frozen=True)
+class Settings:
+    dsn: str
+    lease_seconds: float = 15.0
+    heartbeat_seconds: float = 5.0
+    token_cache_seconds: float = 30.0
+    pool_max: int = 10
+    retry_base_seconds: float = 1.0
+    # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
+    # (write-behind every few seconds). It exists so the harness can prove it sees lost
+    # acknowledged work: the api-replica-loss game day must fail its durability objective.
+    unsafe_ack_before_commit: bool = False
+    unsafe_flush_seconds: float = 10.0
+
+
+class TokenCache:
+    """Token -> principal, kept briefly so a submission costs one round trip, not two."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._items: dict[str, tuple[float, auth_store.Principal]] = {}
+
+    def get(self, token: str) -> auth_store.Principal | None:
+        hit = self._items.get(token)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        return None
+
+    def put(self, token: str, principal: auth_store.Principal) -> None:
+        if len(self._items) > 10_000:
+            self._items.clear()
+        self._items[token] = (time.monotonic() + self.ttl, principal)
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def get_pool(request: Request) -> AsyncConnectionPool:
+    return request.app.state.pool  # type: ignore[no-any-return]
+
+
+Config = Annotated[Settings, Depends(get_settings)]
+Pool = Annotated[AsyncConnectionPool, Depends(get_pool)]
+
+
+async def conn(pool: Pool) -> AsyncIterator[psycopg.AsyncConnection]:
+    # the route's statements run inside this block, so their availability failures leave as
+    # StoreUnavailable too (api/errors.py answers 503)
+    async with db.connection(pool) as c:
+        yield c
+
+
+Conn = Annotated[psycopg.AsyncConnection, Depends(conn)]
+
+
+async def principal(request: Request, pool: Pool,
+                    authorization: Annotated[str | None, Header()] = None,
+                    ) -> auth_store.Principal:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    token = authorization[7:].strip()
+    tokens: TokenCache = request.app.state.tokens
+    p = tokens.get(token)
+    if p is None:
+        async with db.connection(pool) as c:
+            p = await auth_store.lookup(c, token)
+        if p is None:
+            raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"})
+        tokens.put(token, p)
+    return p
+
+
+def role(*roles: str) -> Callable[..., Awaitable[auth_store.Principal]]:
+    async def dep(p: Annotated[auth_store.Principal, Depends(principal)],
+                  ) -> auth_store.Principal:
+        if p.role not in roles:
+            raise HTTPException(403, f"a {p.role} token cannot do this (needs {'/'.join(roles)})")
+        return p
+    return dep
+
+
+User = Annotated[auth_store.Principal, Depends(role("user"))]
+UserOrAdmin = Annotated[auth_store.Principal, Depends(role("user", "admin"))]
+Agent = Annotated[auth_store.Principal, Depends(role("agent"))]
+Admin = Annotated[auth_store.Principal, Depends(role("admin"))]
+AnyRole = Annotated[auth_store.Principal, Depends(role("user", "agent", "admin"))]

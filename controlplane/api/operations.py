@@ -1,0 +1,106 @@
+"""User routes: submit, read, list, cancel operations, their events, attempts, side effects.
+Every write commits before it answers (except the test-only write-behind)."""
+
+# no `from __future__ import annotations`: FastAPI must see the dependency aliases.
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+
+from controlplane import db, metrics
+from controlplane.api import serialize
+from controlplane.api.deps import AnyRole, Config, Conn, Pool, User, UserOrAdmin, log
+from controlplane.api.write_behind import WriteBehind
+from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
+from controlplane.states import OpState
+from controlplane.store import Conflict, InvalidReference, StoreUnavailable
+from controlplane.store import operations as op_store
+
+router = APIRouter(tags=["operations"])
+
+
+@router.post("/v1/operations", status_code=201)
+async def submit(spec: OperationSpec, p: User, response: Response, request: Request,
+                 settings: Config, pool: Pool,
+                 idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+    if not idempotency_key or len(idempotency_key) > 200:
+        metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
+        raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
+    doc = spec.model_dump(mode="json")
+    if settings.unsafe_ack_before_commit:
+        write_behind: WriteBehind = request.app.state.write_behind
+        return write_behind.ack(p, idempotency_key, doc)
+    for attempt in (1, 2):
+        try:
+            async with db.connection(pool) as c:
+                res = await op_store.submit(c, project_id=p.project_id,  # type: ignore[arg-type]
+                                            key=idempotency_key, spec=doc,
+                                            actor=f"user:{p.project}")
+            break
+        except (Conflict, InvalidReference):
+            metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
+            raise
+        except StoreUnavailable:
+            # a pooled connection broken by a failover: the statement is idempotent
+            # (ON CONFLICT on the key), so one retry on a fresh connection is safe
+            if attempt == 2:
+                raise
+    metrics.SUBMISSIONS.labels(p.project, spec.queue,
+                               "accepted" if res.created else "duplicate").inc()
+    if not res.created:
+        response.status_code = 200
+    else:
+        log.info("submission accepted", extra={
+            "action": "submit", "operation_id": str(res.operation["id"]),
+            "project": p.project, "queue": spec.queue})
+    return serialize.operation(res.operation, p.project)
+
+
+@router.get("/v1/operations/{op_id}")
+async def get_op(op_id: str, p: UserOrAdmin, c: Conn) -> dict[str, Any]:
+    row = await op_store.get(c, op_id, p.project_id)
+    return serialize.operation(row, p.project)
+
+
+@router.get("/v1/operations")
+async def list_ops(p: UserOrAdmin, c: Conn, state: OpState | None = None,
+                   queue: str | None = None,
+                   limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                   cursor: str | None = None) -> dict[str, Any]:
+    rows, nxt = await op_store.list_ops(c, project_id=p.project_id,
+                                        state=state.value if state else None, queue=queue,
+                                        limit=limit, cursor=cursor)
+    return {"items": [serialize.operation(r, p.project) for r in rows], "next_cursor": nxt}
+
+
+@router.post("/v1/operations/{op_id}/cancel")
+async def cancel(op_id: str, p: UserOrAdmin, c: Conn,
+                 body: CancelRequest | None = None) -> dict[str, Any]:
+    reason = (body or CancelRequest()).reason
+    row = await op_store.cancel(c, op_id, p.project_id, actor=f"{p.role}:{p.project or ''}",
+                                reason=reason)
+    return serialize.operation(row, p.project)
+
+
+@router.get("/v1/operations/{op_id}/events")
+async def events(op_id: str, p: UserOrAdmin, c: Conn) -> dict[str, Any]:
+    op = await op_store.get(c, op_id, p.project_id)
+    return {"items": [serialize.event(e) for e in await op_store.events(c, op["id"])]}
+
+
+@router.get("/v1/operations/{op_id}/attempts")
+async def attempts(op_id: str, p: UserOrAdmin, c: Conn) -> dict[str, Any]:
+    op = await op_store.get(c, op_id, p.project_id)
+    return {"items": [serialize.attempt(a) for a in await op_store.attempts(c, op["id"])]}
+
+
+@router.post("/v1/operations/{op_id}/side-effects", status_code=201)
+async def side_effect(op_id: str, body: SideEffectRequest, p: AnyRole, c: Conn,
+                      response: Response) -> dict[str, Any]:
+    row, created = await op_store.side_effect(
+        c, op_id, p.project_id if p.role == "user" else None, action_id=body.action_id,
+        kind=body.kind, payload=body.payload, actor=f"{p.role}:{p.project or ''}")
+    if not created:
+        response.status_code = 200
+    return {"action_id": row["action_id"], "kind": row["kind"], "receipt": row["receipt"],
+            "created": created, "recorded_at": row["created_at"].isoformat()}

@@ -1,0 +1,49 @@
+"""The API's route inventory (no database): every route the single-closure `create_app` served
+before it was split into routers must still be served, with the same method."""
+
+from __future__ import annotations
+
+from controlplane.api.app import Settings, create_app
+
+# Captured from `create_app(...).openapi()["paths"]` before the split (commit c251c4f).
+ROUTES_BEFORE_SPLIT = {
+    ("/healthz", "GET"),
+    ("/metrics", "GET"),
+    ("/readyz", "GET"),
+    ("/v1/admin/operations/restore", "POST"),
+    ("/v1/agents", "GET"),
+    ("/v1/agents/register", "POST"),
+    ("/v1/agents/{agent_id}/claim", "POST"),
+    ("/v1/agents/{agent_id}/events", "POST"),
+    ("/v1/agents/{agent_id}/heartbeat", "POST"),
+    ("/v1/agents/{name}/breaker", "POST"),
+    ("/v1/attempts/{attempt_id}/events", "POST"),
+    ("/v1/attempts/{attempt_id}/heartbeat", "POST"),
+    ("/v1/attempts/{attempt_id}/report", "POST"),
+    ("/v1/operations", "GET"),
+    ("/v1/operations", "POST"),
+    ("/v1/operations/{op_id}", "GET"),
+    ("/v1/operations/{op_id}/attempts", "GET"),
+    ("/v1/operations/{op_id}/cancel", "POST"),
+    ("/v1/operations/{op_id}/events", "GET"),
+    ("/v1/operations/{op_id}/route", "POST"),
+    ("/v1/operations/{op_id}/side-effects", "POST"),
+}
+
+
+def served_routes() -> set[tuple[str, str]]:
+    # the pool is created closed and only opened by the lifespan, which never runs here
+    app = create_app(Settings(dsn="postgresql://unused@127.0.0.1:1/none"))
+    return {(path, method.upper())
+            for path, ops in app.openapi()["paths"].items() for method in ops}
+
+
+def test_every_route_from_before_the_split_is_still_served() -> None:
+    missing = ROUTES_BEFORE_SPLIT - served_routes()
+    assert not missing, f"routes no longer served: {sorted(missing)}"
+
+
+def test_no_route_appeared_unnoticed() -> None:
+    # a new route is fine, but it belongs in the inventory above (and docs/CONTRACTS.md)
+    extra = served_routes() - ROUTES_BEFORE_SPLIT
+    assert not extra, f"routes not in the inventory: {sorted(extra)}"
