@@ -46,9 +46,10 @@ from infra.schedule import (
 from platforms import get_adapter
 from platforms import registry as platform_registry
 from slo.cli import print_verdict
-from slo.evaluate import EXIT_EVIDENCE, evaluate_run, observation_seconds
+from slo.evaluate import EXIT_EVIDENCE, evaluate_run
 from slo.evidence import EvidenceError
 from slo.report import write_reports
+from slo.run_index import observation_seconds
 from slo.specs import SpecError, load_specs
 
 LOCAL_ENVS = ("local",)
@@ -488,7 +489,7 @@ def _run_operations(run_dir: Path) -> set[str]:
 
 def settle_seconds(env: str, experiment: str) -> float:
     """How long after an experiment ends (its work drained, every fault undone) the evaluator
-    needs to see its SLIs recover and hold (slo.evaluate.observation_seconds)."""
+    needs to see its SLIs recover and hold (slo.run_index.observation_seconds)."""
     specs = load_specs(env)
     g = load_experiment(experiment).gameday
     ro = specs.recovery_objectives.get(str(g.get("recovery_objective")))

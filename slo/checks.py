@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from slo import budget
 from slo.dropped import DroppedEvidence
-from slo.scoring import Criterion, Status, check_status
+from slo.scoring import Criterion, Status, check_status, criteria_text
 from slo.specs import Specs
 from slo.verdict import Check, ExperimentResult, SliSummary
 
@@ -17,6 +17,8 @@ MAX_EXAMPLES = 5
 NO_DATA = "no data"
 # losses on these boundaries never "recover": they are judged by the RPO checks, not the RTO
 RPO_SLIS = frozenset({"submission-durability", "terminal-state-consistency"})
+NONE = Criterion.at_most(0)  # violations, drops: none allowed
+FIRED = Criterion.at_least(0)  # an alert's delay after the fault start: any, once it fired
 
 
 def _check(
@@ -24,8 +26,8 @@ def _check(
     experiment: str | None,
     objective: str,
     measured: float | None,
-    passing: list[str],
-    warning: list[str],
+    passing: list[Criterion],
+    warning: list[Criterion],
     weight: float,
     key: bool,
     baseline: dict[str, float],
@@ -34,9 +36,7 @@ def _check(
 ) -> Check:
     """`missing` is the status when nothing was measured; it is never a pass for a key check."""
     base = baseline.get(id_)
-    status = check_status(
-        measured, [Criterion.parse(c) for c in passing], [Criterion.parse(c) for c in warning], base
-    )
+    status = check_status(measured, passing, warning, base)
     if status is None:
         status = missing
     return Check(
@@ -44,7 +44,7 @@ def _check(
         experiment=experiment,
         objective=objective,
         measured=measured,
-        expected=" and ".join(passing),
+        expected=criteria_text(passing),
         status=status.value,
         weight=weight,
         key=key,
@@ -65,13 +65,13 @@ def sli_checks(specs: Specs, slis: list[SliSummary], baseline: dict[str, float])
     out = []
     for s in slis:
         # non-key SLIs may miss the run objective as a warning while the window budget holds
-        warning = [] if s.key else [
-            f">={budget.value_at_full_budget(s.target, s.duration_seconds, s.window_seconds)!r}"]
+        warning = [] if s.key else [Criterion.at_least(
+            budget.value_at_full_budget(s.target, s.duration_seconds, s.window_seconds))]
         message = (NO_DATA if s.total == 0 else f"{s.good}/{s.total} good"
                    + (f", burn rate {s.burn_rate:.2f}x" if s.burn_rate is not None else ""))
         out.append(_check(
             f"sli.{s.name}", None, f"{s.display_name} >= {s.target:g}", s.value,
-            [f">={s.target!r}"], warning, g.weight_sli, s.key, baseline, message,
+            [Criterion.at_least(s.target)], warning, g.weight_sli, s.key, baseline, message,
             # missing data is not healthy where it matters; elsewhere it is reported, not scored
             missing=Status.FAIL if s.key else Status.NO_DATA,
         ))
@@ -85,7 +85,7 @@ def dropped_check(specs: Specs, dropped: DroppedEvidence) -> Check:
         if dropped.from_prometheus is not None else "")
     return _check(
         "evidence.dropped", None, "no evidence dropped before delivery", float(dropped.total),
-        ["<=0"], [">=0"], specs.gate.weight_sli, False, {},
+        [NONE], [Criterion.at_least(0)], specs.gate.weight_sli, False, {},
         f"{dropped.total} events dropped ({sources})" + (f": {by_agent}" if by_agent else ""),
     )
 
@@ -130,14 +130,14 @@ def _invariant_message(violations: list[str], judged: int, no_data: str | None) 
 
 
 def _at_most(limit: float | None) -> str:
-    return "" if limit is None else f"<={limit!r}"
+    return "" if limit is None else str(Criterion.at_most(limit))
 
 
 def experiment_checks(
     specs: Specs, e: ExperimentResult, baseline: dict[str, float]
 ) -> list[Check]:
     g = specs.gate
-    rel = f"<=+{g.relative_tolerance_percent:g}%"
+    rel = Criterion.relative_at_most(g.relative_tolerance_percent)
     x = e.name
     ro = specs.recovery_objectives.get(e.failure_class or x)
     checks = [_experiment_check(specs, e)]
@@ -160,21 +160,21 @@ def experiment_checks(
         for name in e.expected_alerts:
             checks.append(_not_measured(
                 f"{x}.alert.{name}", e, f"alert {name} fires when the SLO it guards is breached",
-                ">=0", g.weight_alert, False))
+                str(FIRED), g.weight_alert, False))
         for name in invariants:
             checks.append(_not_measured(f"{x}.invariant.{name}", e, f"invariant {name} holds",
-                                        "<=0", g.weight_invariant, True))
+                                        str(NONE), g.weight_invariant, True))
         return checks
     assert ro is not None and e.rto_seconds is not None  # a measured experiment has its objective
     checks.append(_check(
-        f"{x}.rto", x, rto, e.recovery_seconds, [f"<={e.rto_seconds!r}", rel],
-        [f"<={e.rto_seconds!r}"], g.weight_rto, True, baseline, _rto_message(e),
+        f"{x}.rto", x, rto, e.recovery_seconds, [Criterion.at_most(e.rto_seconds), rel],
+        [Criterion.at_most(e.rto_seconds)], g.weight_rto, True, baseline, _rto_message(e),
     ))
     checks.append(_check(
         f"{x}.rpo.acknowledged_submissions", x,
         f"acknowledged submissions lost <= {ro.rpo.acknowledged_submissions}",
         float((e.acknowledged_lost or 0) + (e.acknowledged_duplicated or 0)),
-        [f"<={ro.rpo.acknowledged_submissions}"], [], g.weight_rpo, True, baseline,
+        [Criterion.at_most(ro.rpo.acknowledged_submissions)], [], g.weight_rpo, True, baseline,
         f"{e.acknowledged_lost} lost, {e.acknowledged_duplicated} duplicated"
         + (f", {e.acknowledged_matched_by_key_only} answer under a new operation id"
            if e.acknowledged_matched_by_key_only else ""),
@@ -185,19 +185,19 @@ def experiment_checks(
     checks.append(_check(
         f"{x}.rpo.checkpoint_progress", x,
         f"checkpoint intervals lost <= {ro.rpo.checkpoint_progress_intervals:g}", lost_intervals,
-        [f"<={ro.rpo.checkpoint_progress_intervals!r}"], [], g.weight_rpo, True, baseline,
+        [Criterion.at_most(ro.rpo.checkpoint_progress_intervals)], [], g.weight_rpo, True, baseline,
         f"{e.checkpoint_steps_recomputed:g} steps recomputed, "
         f"{e.torn_checkpoints_used} torn checkpoint(s) used",
     ))
     checks.append(_check(
         f"{x}.rpo.artifacts", x, f"artifacts lost <= {ro.rpo.artifacts}",
-        float(e.artifacts_missing or 0), [f"<={ro.rpo.artifacts}"], [], g.weight_rpo, True,
+        float(e.artifacts_missing or 0), [Criterion.at_most(ro.rpo.artifacts)], [], g.weight_rpo, True,
         baseline, f"{e.artifacts_missing} reported writes or results not complete in the store",
     ))
     for a in e.alerts:
         checks.append(_check(
             f"{x}.alert.{a.name}", x, f"alert {a.name} fires when the SLO it guards is breached",
-            a.fired_after_seconds, [">=0", rel], [">=0"], g.weight_alert, False, baseline,
+            a.fired_after_seconds, [FIRED, rel], [FIRED], g.weight_alert, False, baseline,
             f"fired {a.fired_after_seconds:.1f}s after fault start" if a.fired
             else "silent: never fired" if a.required else f"silent, correctly: {a.note}",
             missing=Status.FAIL if a.required else Status.PASS,
@@ -205,7 +205,7 @@ def experiment_checks(
     for inv in e.invariants:
         checks.append(_check(
             f"{x}.invariant.{inv.name}", x, f"invariant {inv.name} holds",
-            None if inv.no_data is not None else float(len(inv.violations)), ["<=0"], [],
+            None if inv.no_data is not None else float(len(inv.violations)), [NONE], [],
             g.weight_invariant, True, {},
             _invariant_message(inv.violations, inv.judged, inv.no_data),
         ))

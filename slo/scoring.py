@@ -1,4 +1,4 @@
-"""Keptn-style gate scoring (pure): criteria strings, per-check status, weighted total.
+"""Keptn-style gate scoring (pure): typed criteria, per-check status, weighted total.
 
 A check passes when all its pass criteria hold, else is a warning when all its warning
 criteria hold, else fails. Score = weighted mean of pass 1 / warning 0.5 / fail 0, in percent,
@@ -49,11 +49,28 @@ _CRITERION = re.compile(
 
 @dataclass(frozen=True)
 class Criterion:
-    """`<=600` (absolute) or `<=+10%` (relative to a baseline: at most 10% above it)."""
+    """`<=600` (absolute) or `<=+10%` (relative to a baseline: at most 10% above it).
+
+    Built typed by the checks (`Criterion.at_most(rto)`); `parse` reads the same text back
+    for criteria a person writes. The amount keeps its type so the text shows it as given
+    (an RTO of 60.0 reads `<=60.0`, a count of 0 reads `<=0`)."""
 
     op: str
-    amount: float
-    relative: bool
+    amount: float  # an int stays an int, so it reads as given
+    relative: bool = False
+
+    @classmethod
+    def at_most(cls, amount: float) -> Criterion:
+        return cls("<=", amount)
+
+    @classmethod
+    def at_least(cls, amount: float) -> Criterion:
+        return cls(">=", amount)
+
+    @classmethod
+    def relative_at_most(cls, percent: float) -> Criterion:
+        """At most `percent` % above the baseline (no baseline: does not apply)."""
+        return cls("<=", percent, relative=True)
 
     @classmethod
     def parse(cls, text: str) -> Criterion:
@@ -61,7 +78,8 @@ class Criterion:
         if not match:
             raise ValueError(f"not a criterion: {text!r} (e.g. '<=600', '>=0.999', '<=+10%')")
         op, sign, number, percent = match.groups()
-        amount = float(number) * (-1 if sign == "-" else 1)
+        amount: float = int(number) if number.isdigit() else float(number)
+        amount = -amount if sign == "-" else amount
         if bool(sign) != bool(percent):
             raise ValueError(f"relative criteria need a sign and a percent: {text!r}")
         return cls(op, amount, bool(percent))
@@ -77,7 +95,12 @@ class Criterion:
     def __str__(self) -> str:
         if self.relative:
             return f"{self.op}{'+' if self.amount >= 0 else ''}{self.amount:g}%"
-        return f"{self.op}{self.amount:g}"
+        return f"{self.op}{self.amount!r}"
+
+
+def criteria_text(criteria: Iterable[Criterion]) -> str:
+    """How a check's criteria read in every output (`<=60.0 and <=+10%`)."""
+    return " and ".join(str(c) for c in criteria)
 
 
 def _all_hold(criteria: Iterable[Criterion], value: float, baseline: float | None) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -317,3 +318,20 @@ def test_queue_age_counts_blocked_waiting_and_stops_at_dispatch() -> None:
                       _transition("op", 10, "dispatched")]}
     assert sli.queued_intervals(backoff, T0.timestamp() + 100) == [
         ("op", T0.timestamp() + 9, T0.timestamp() + 10)]
+
+
+@pytest.mark.parametrize(
+    ("criterion", "text"),
+    [
+        (Criterion.at_most(60.0), "<=60.0"),
+        (Criterion.at_most(0), "<=0"),
+        (Criterion.at_least(0.999), ">=0.999"),
+        (Criterion.relative_at_most(10), "<=+10%"),
+        (Criterion.relative_at_most(12.5), "<=+12.5%"),
+    ],
+)
+def test_typed_criteria_read_as_written_and_parse_back(criterion: Criterion, text: str) -> None:
+    # the checks build criteria typed; the text in every output is rendered from them, and a
+    # person writing the same text gets the same criterion
+    assert str(criterion) == text
+    assert Criterion.parse(text) == criterion

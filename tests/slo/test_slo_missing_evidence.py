@@ -17,9 +17,9 @@ from slo.evaluate import (
     EXIT_OBJECTIVE,
     EXIT_PASS,
     evaluate_run,
-    fault_window,
 )
 from slo.evidence import FaultRecord
+from slo.experiment import fault_window
 from slo.fixtures import ExperimentFixture as X
 from slo.fixtures import example_experiments
 from slo.report import write_reports
