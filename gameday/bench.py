@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from gameday.bench_idle import idle_cmd
+
 IMAGE = "127.0.0.1:5000/ml/trainer:1.0"
 
 
@@ -232,3 +234,6 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
     click.echo(json.dumps(figures, indent=2))
     if json_out:
         json_out.write_text(json.dumps(figures, indent=2))
+
+
+bench_group.add_command(idle_cmd)

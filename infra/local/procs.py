@@ -128,6 +128,16 @@ def marked_processes(state_dir: Path) -> list[int]:
     return sorted(p for p in found if is_alive(p))
 
 
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU time of ``pid`` so far, in clock ticks (os.sysconf("SC_CLK_TCK"))."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # utime, stime are fields 14, 15 of stat(5)
+    return int(fields[11]) + int(fields[12])
+
+
 def rss_kib(pids: list[int]) -> int:
     """Sum of VmRSS over ``pids`` in KiB (shared pages are counted once per process)."""
     total = 0

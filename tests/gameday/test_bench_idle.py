@@ -1,0 +1,59 @@
+"""`gameday bench idle`: the arithmetic, and that /proc readings see a busy process as busy
+and a sleeping one as idle (so the benchmark cannot report "quiet" for a spinning loop)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from gameday.bench_idle import OTHER, core_percent, measure_round, owners, spent
+from infra.local import procs
+
+
+def test_core_percent() -> None:
+    assert core_percent(100, 10.0, 100) == pytest.approx(10.0)
+    assert core_percent(0, 1.0, 100) == 0.0
+    with pytest.raises(ValueError):
+        core_percent(1, 0.0, 100)
+
+
+def test_spent_counts_new_processes_and_ignores_gone_or_reused_pids() -> None:
+    before = {1: 100, 2: 50, 3: 500}
+    after = {1: 130, 4: 7, 3: 20}  # 2 ended, 4 started, 3 is a reused pid (ticks went down)
+    assert spent(before, after) == 30 + 7
+
+
+def test_owners_maps_components_and_buckets_the_rest() -> None:
+    got = owners({"api-1": [10, 11], "pg-1": [20]}, [10, 11, 20, 30])
+    assert got == {10: "api-1", 11: "api-1", 20: "pg-1", 30: OTHER}
+
+
+@pytest.fixture
+def spinner_and_sleeper() -> Iterator[tuple[int, int]]:
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    nap = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield spin.pid, nap.pid
+    finally:
+        for p in (spin, nap):
+            p.kill()
+            p.wait()
+
+
+def test_a_spinning_process_reads_busy_and_a_sleeping_one_idle(
+        spinner_and_sleeper: tuple[int, int]) -> None:
+    spin, nap = spinner_and_sleeper
+    assert procs.cpu_ticks(spin) is not None
+    by = measure_round(lambda: {spin: "spin", nap: "nap"}, 1.0, os.sysconf("SC_CLK_TCK"))
+    # one core is 100 %; on a loaded 2-core machine a spinning loop still gets a good share
+    assert by["spin"] > 30.0, by
+    assert by["nap"] < 5.0, by
+    assert by["total"] == pytest.approx(by["spin"] + by["nap"])
+
+
+def test_cpu_ticks_of_a_missing_process_is_none() -> None:
+    assert procs.cpu_ticks(2**22 + 12345) is None
