@@ -1,5 +1,5 @@
 # The README's two commands are `make run` and `make test`; both set up a fresh machine first.
-.PHONY: setup run test test-fast bench-controlplane lint clean down
+.PHONY: setup run test test-fast bench-controlplane bench-idle lint clean down
 
 VENV := .venv/bin
 
@@ -22,6 +22,10 @@ test-fast: setup
 ## Control-plane throughput/latency/RSS figures on this machine.
 bench-controlplane: setup
 	$(VENV)/gameday bench controlplane
+
+## What the idle local environment costs: CPU per component and PSS.
+bench-idle: setup
+	$(VENV)/gameday bench idle
 
 lint: setup
 	$(VENV)/ruff check .

@@ -411,8 +411,15 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                     progress.remove_task(task)
                     continue
                 run_experiment(rec.name, run_dir, env_vars, progress, task, rec)
-                # safety net between experiments: every fault undone, whatever the journal says
-                driver.restore_all()
+                # safety net between experiments: every fault undone, whatever the journal says.
+                # If that fails the run goes on to its verdict: the next experiment is refused
+                # by the health wait above, and the failure is in run.json and the report.
+                try:
+                    driver.restore_all()
+                except Exception as exc:  # noqa: BLE001 - the evidence and verdict still come
+                    rec.detail = "; ".join(filter(None, [rec.detail,
+                                                         f"restore after the experiment failed: {exc}"]))
+                    _say(console, f"[red]{rec.name}: restore after the experiment failed: {exc}[/]")
                 _settle(settle_seconds(opts.env, rec.name), progress, task, rec.name)
                 progress.update(task, description=f"{rec.name}: {rec.status} "
                                                   f"({rec.seconds:.0f}s)", total=1, completed=1)

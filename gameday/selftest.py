@@ -159,7 +159,12 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
         for i, case in enumerate(cases, 1):
             console.print(f"[{i}/{len(cases)}] {case.defect} -> {case.experiment} ...",
                           highlight=False)
-            r = run_case(case, env, root / case.defect, root / f"{case.defect}.log", home)
+            t0 = time.monotonic()
+            try:
+                r = run_case(case, env, root / case.defect, root / f"{case.defect}.log", home)
+            except Exception as exc:  # noqa: BLE001 - one crashed row must not hide the others
+                r = Result(case, False, -1, [], None, round(time.monotonic() - t0, 1),
+                           f"crashed: {type(exc).__name__}: {exc}"[:300])
             results.append(r)
             console.print(f"    {'caught by ' + case.objective if r.caught else 'MISSED: ' + r.note}"
                           f" (exit {r.exit_code}, {r.seconds:.0f}s)", highlight=False)

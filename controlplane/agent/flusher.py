@@ -37,13 +37,13 @@ class SpoolFlusher(threading.Thread):
         self.agent_name = agent_name
         self.agent_id = agent_id
         self.interval = interval
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not `_stop`: threading.Thread has a _stop() method
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stopping.wait(self.interval):
             try:
                 self.pass_once()
             except Exception:  # keep flushing: the next pass may well succeed

@@ -249,3 +249,26 @@ def test_cloud_gate_refused_while_another_run_holds_the_lease_stubbed_kubernetes
     assert "other-run" in console.export_text() and seen == []
     assert not (tmp_path / "runs").exists()
     assert cloud["leases"].leases[(NS, LEASE_NAME)]["spec"]["holderIdentity"] == "other-run"
+
+
+def test_a_failed_restore_between_experiments_still_ends_in_a_verdict_stubbed_kubernetes(
+        cloud: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the runner's safety net after an experiment raised (e.g. a restarted agent that would not
+    # come up) and the game day died without a verdict; now the run goes on to one, and says so
+    _stub_experiment(monkeypatch, interrupt=False)
+    real = RecordedCloudFaults.restore_all
+    calls: list[str] = []
+
+    def first_fails(self: RecordedCloudFaults) -> list[str]:
+        calls.append("restore_all")
+        if len(calls) == 1:
+            raise RuntimeError("component 'gpu-1' did not become healthy")
+        return real(self)
+
+    monkeypatch.setattr(RecordedCloudFaults, "restore_all", first_fails)
+    code, run_dir = _gate(cloud, tmp_path)
+    assert calls == ["restore_all", "restore_all"]  # between experiments, then at the end
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert code == verdict["exit_code"]
+    status = json.loads((run_dir / "run.json").read_text())["experiment_status"]["api-replica-loss"]
+    assert "restore after the experiment failed: component 'gpu-1'" in status["detail"]

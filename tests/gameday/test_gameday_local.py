@@ -130,5 +130,6 @@ def test_selftest_catches_every_seeded_defect_by_its_named_objective(clone: Fres
     matrix = json.loads((runs[-1] / "selftest.json").read_text())
     missed = [m for m in matrix if not m["caught"]]
     assert not missed, json.dumps(missed, indent=1) + r.stdout[-3000:]
-    assert {m["defect"] for m in matrix} == {c.defect for c in MATRIX}
+    assert {m["defect"] for m in matrix} == {c.defect for c in MATRIX}, (
+        r.stdout[-3000:] + r.stderr[-3000:])
     assert r.returncode == 0, r.stdout[-4000:]
