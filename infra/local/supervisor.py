@@ -77,7 +77,11 @@ class Daemon:
             entry = pwd.getpwnam(user)
             kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
             env.update(HOME=entry.pw_dir, USER=user, LOGNAME=user)
-        with open(log_path, "ab", buffering=0) as log:
+        # Started and registered under the lock: the reaper records an exit only while holding
+        # it, so an exit already in `exits` for this pid belongs to an earlier process that had
+        # the same pid (pids are reused; thousands of workload processes are reaped here), and
+        # must not be taken for this one's. This one's exit, however early, is recorded after.
+        with open(log_path, "ab", buffering=0) as log, self.lock:
             log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start {req['name']}: "
                       f"{' '.join(req['argv'])}\n".encode())
             proc = subprocess.Popen(
@@ -85,13 +89,12 @@ class Daemon:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, **kwargs,
             )
-        info = procs.read_stat(proc.pid)
-        with self.lock:
             # Keep the Popen object: dropping it would let subprocess reap the pid behind the
             # reaper thread's back and lose the exit status.
             self.popens[proc.pid] = proc
-            # A process that dies at once may already have been reaped by the reaper thread.
-            self.children[proc.pid] = {"name": req["name"], "returncode": self.exits.get(proc.pid)}
+            self.exits.pop(proc.pid, None)
+            self.children[proc.pid] = {"name": req["name"], "returncode": None}
+        info = procs.read_stat(proc.pid)
         return {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None}
 
     def ps(self, _req: dict[str, Any]) -> dict[str, Any]:

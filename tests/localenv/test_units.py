@@ -219,3 +219,21 @@ def test_run_as_postgres_only_when_root() -> None:
     from infra.local.components import run_as_postgres
 
     assert run_as_postgres() == ("postgres" if os.geteuid() == 0 else None)
+
+
+def test_supervisor_does_not_give_a_new_child_the_exit_of_an_earlier_process_with_its_pid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pids are reused: the supervisor reaps thousands of workload processes in a game day, and
+    # a restarted agent that got a reaped process's pid was reported as "exited with code 1"
+    # the moment it started (a pool restore failed, the game day had no verdict)
+    from infra.local import supervisor
+
+    class FakePopen:
+        def __init__(self, *_a: object, **_k: object) -> None:
+            self.pid = os.getpid()  # a live pid, for read_stat
+
+    monkeypatch.setattr(supervisor.subprocess, "Popen", FakePopen)
+    daemon = supervisor.Daemon(tmp_path, None)
+    daemon.exits[os.getpid()] = 1  # an earlier process with this pid exited 1
+    daemon.spawn({"name": "gpu-1", "argv": ["true"], "log": str(tmp_path / "gpu-1.log")})
+    assert daemon.ps({})["children"][str(os.getpid())]["returncode"] is None
