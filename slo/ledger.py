@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -118,11 +119,16 @@ def read(paths: Iterable[Path], *, torn_tail_ok: bool = False, names: dict[Path,
     return out
 
 
-def lost(entries: Iterable[LedgerEntry], stored_ids: set[str],
-         stored_keys: set[tuple[str, str]]) -> list[LedgerEntry]:
-    """The acknowledged submissions the store does not have: for each (project, key), the first
-    acknowledgement, when the store holds neither that key nor any operation id it was
-    acknowledged with. Oldest first. The durability SLI and the restore both use this."""
+@dataclass(frozen=True)
+class Submission:
+    """One acknowledged (project, idempotency key): a client retry answered 200 is the same one."""
+
+    first: LedgerEntry  # its earliest acknowledgement
+    operation_ids: frozenset[str]  # every operation id it was acknowledged with
+
+
+def submissions(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str], Submission]:
+    """The ledger grouped by (project, idempotency key)."""
     first: dict[tuple[str, str], LedgerEntry] = {}
     ids: dict[tuple[str, str], set[str]] = {}
     for e in entries:
@@ -130,6 +136,14 @@ def lost(entries: Iterable[LedgerEntry], stored_ids: set[str],
         ids.setdefault(k, set()).add(e.operation_id)
         if k not in first or e.acked_at < first[k].acked_at:
             first[k] = e
-    return sorted((e for k, e in first.items()
-                   if k not in stored_keys and not ids[k] & stored_ids),
+    return {k: Submission(first[k], frozenset(ids[k])) for k in first}
+
+
+def lost(entries: Iterable[LedgerEntry], stored_ids: set[str],
+         stored_keys: set[tuple[str, str]]) -> list[LedgerEntry]:
+    """The acknowledged submissions the store does not have: for each (project, key), the first
+    acknowledgement, when the store holds neither that key nor any operation id it was
+    acknowledged with. Oldest first. The durability SLI and the restore both use this."""
+    return sorted((s.first for k, s in submissions(entries).items()
+                   if k not in stored_keys and not s.operation_ids & stored_ids),
                   key=lambda e: e.acked_at)

@@ -106,19 +106,13 @@ def submission_durability(
         if op.idempotency_key is not None:
             k = (op.project, op.idempotency_key)
             per_key[k] = per_key.get(k, 0) + 1
-    first_ack: dict[tuple[str, str], LedgerEntry] = {}
-    acked_ids: dict[tuple[str, str], set[str]] = {}
-    for entry in ledger:
-        k = (entry.project, entry.idempotency_key)
-        acked_ids.setdefault(k, set()).add(entry.operation_id)
-        if k not in first_ack or entry.acked_at < first_ack[k].acked_at:
-            first_ack[k] = entry
+    acked = ledger_rules.submissions(ledger)
     # lost: one definition for the SLI and the database restore (slo/ledger.py)
     lost = {(e.project, e.idempotency_key) for e in ledger_rules.lost(
         ledger, set(by_id), {k for k, n in per_key.items() if n})}
     outcomes, missing, duplicated, by_key_only = [], [], [], []
-    for k, entry in sorted(first_ack.items(), key=lambda kv: kv[1].acked_at):
-        ids = acked_ids[k]
+    for k, sub in sorted(acked.items(), key=lambda kv: kv[1].first.acked_at):
+        entry, ids = sub.first, sub.operation_ids
         stored = per_key.get(k, 0)
         if stored == 0:
             # the store lost the key column but kept the operation(s): still present
