@@ -25,6 +25,9 @@ STARTUP_FAILURES = Counter("controlplane_startup_failures_total",
                            "Attempts that failed before reaching running", ["pool", "reason"])
 ARTIFACT_WRITES = Counter("controlplane_artifact_writes_total",
                           "Checkpoint/artifact writes reported by workloads", ["result"])
+SUBMIT_GROUP_SIZE = Histogram("controlplane_submit_group_size",
+                              "Submissions committed together by one statement (group commit)",
+                              buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 SCHEDULING_DELAY = Histogram("controlplane_scheduling_delay_seconds",
                              "Attempt dispatched -> running", ["pool"],
                              buckets=(.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300))

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from controlplane import defects
 from controlplane.api import admin, agents, errors, health, operations, operator
 from controlplane.api.deps import Settings, TokenCache, log
+from controlplane.api.group_commit import GroupCommit
 from controlplane.api.middleware import MetricsMiddleware
 from controlplane.api.write_behind import WriteBehind
 from controlplane.db import make_pool
@@ -36,6 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
             flusher = asyncio.create_task(
                 app.state.write_behind.flush_forever(pool, settings.unsafe_flush_seconds))
         yield
+        await app.state.group_commit.close()
         if flusher:
             flusher.cancel()
         await pool.close()
@@ -48,6 +50,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.pool = make_pool(settings.dsn, max_size=settings.pool_max)
     app.state.tokens = TokenCache(settings.token_cache_seconds)
     app.state.write_behind = WriteBehind()
+    app.state.group_commit = GroupCommit(lambda: app.state.pool)
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
     for router in (health.router, operations.router, agents.router, operator.router):

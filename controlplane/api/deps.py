@@ -54,11 +54,13 @@ class TokenCache:
         self._items[token] = (time.monotonic() + self.ttl, principal)
 
 
-def get_settings(request: Request) -> Settings:
+# async, like every dependency here: FastAPI runs a plain `def` dependency in a worker thread,
+# a thread hop per request that cost more CPU than the submission's own statement
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def get_pool(request: Request) -> AsyncConnectionPool:
+async def get_pool(request: Request) -> AsyncConnectionPool:
     return request.app.state.pool  # type: ignore[no-any-return]
 
 

@@ -1,5 +1,6 @@
 """User routes: submit, read, list, cancel operations, their events, attempts, side effects.
-Every write commits before it answers (except the test-only write-behind)."""
+Every write commits before it answers (except the test-only write-behind); submissions commit
+in groups (api/group_commit.py), each answered after its group's commit."""
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
@@ -7,21 +8,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 
-from controlplane import db, metrics
+from controlplane import metrics
 from controlplane.api import serialize
-from controlplane.api.deps import AnyRole, Config, Conn, Pool, User, UserOrAdmin, log
+from controlplane.api.deps import AnyRole, Config, Conn, User, UserOrAdmin, log
+from controlplane.api.group_commit import GroupCommit
 from controlplane.api.write_behind import WriteBehind
 from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
 from controlplane.states import OpState
 from controlplane.store import Conflict, InvalidReference, StoreUnavailable
 from controlplane.store import operations as op_store
+from controlplane.store.submissions import SubmitItem
 
 router = APIRouter(tags=["operations"])
 
 
 @router.post("/v1/operations", status_code=201)
 async def submit(spec: OperationSpec, p: User, response: Response, request: Request,
-                 settings: Config, pool: Pool,
+                 settings: Config,
                  idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
     if not idempotency_key or len(idempotency_key) > 200:
         metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
@@ -30,12 +33,11 @@ async def submit(spec: OperationSpec, p: User, response: Response, request: Requ
     if settings.unsafe_ack_before_commit:
         write_behind: WriteBehind = request.app.state.write_behind
         return write_behind.ack(p, idempotency_key, doc)
+    commits: GroupCommit = request.app.state.group_commit
+    item = SubmitItem(p.project_id, idempotency_key, doc, f"user:{p.project}")  # type: ignore[arg-type]
     for attempt in (1, 2):
         try:
-            async with db.connection(pool) as c:
-                res = await op_store.submit(c, project_id=p.project_id,  # type: ignore[arg-type]
-                                            key=idempotency_key, spec=doc,
-                                            actor=f"user:{p.project}")
+            res = await commits.submit(item)
             break
         except (Conflict, InvalidReference):
             metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()

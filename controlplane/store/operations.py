@@ -4,8 +4,6 @@ side effects, operator route override."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,76 +14,22 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from controlplane import defects
 from controlplane.states import TERMINAL, ActiveAttemptStates, OpState
 from controlplane.store import Conflict, InvalidReference, NotFound
+from controlplane.store.submissions import SubmitItem, SubmitResult, payload_hash, submit_many
 from controlplane.store.transitions import record_event, transition
 
 NOTIFY_CHANNEL = "controlplane_work"
 
 
-@dataclass(frozen=True)
-class SubmitResult:
-    operation: dict[str, Any]
-    created: bool
-
-
-def payload_hash(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-_SUBMIT = """
-WITH ins AS (
-    INSERT INTO operations (id, project_id, idempotency_key, payload_hash, name, queue, priority,
-                            spec, state, state_reason, max_retries, timeout_seconds)
-    VALUES (coalesce(%(op_id)s::uuid, gen_random_uuid()), %(project_id)s, %(key)s, %(hash)s,
-            %(name)s, %(queue)s, %(priority)s, %(spec)s,
-            'accepted', 'submission committed', %(max_retries)s, %(timeout)s)
-    ON CONFLICT (project_id, idempotency_key) DO NOTHING
-    RETURNING *
-), ev AS (
-    INSERT INTO events (operation_id, actor, kind, to_state, reason, data)
-    SELECT id, %(actor)s, 'transition', 'accepted', 'submission committed',
-           jsonb_build_object('idempotency_key', idempotency_key)
-    FROM ins
-), n AS (
-    SELECT pg_notify('controlplane_work', 'submitted') FROM ins
-)
-SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
-"""
-
-
 async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: dict[str, Any],
                  actor: str, op_id: str | None = None) -> SubmitResult:
-    """Commit the operation (one statement = one transaction) before anyone acknowledges it."""
-    h = payload_hash(spec)
-    if defects.enabled("idempotency-ignored"):  # seeded defect: every request is "new"
-        key = f"{key}#{uuid.uuid4()}"
-    params = {
-        "op_id": op_id,
-        "project_id": project_id, "key": key, "hash": h, "name": spec["name"],
-        "queue": spec["queue"], "priority": spec["priority"], "spec": Jsonb(spec),
-        "max_retries": spec["max_retries"], "timeout": spec["timeout_seconds"], "actor": actor,
-    }
-    async with conn.cursor(row_factory=dict_row) as cur:
-        try:
-            await cur.execute(_SUBMIT, params)
-        except psycopg.errors.ForeignKeyViolation as exc:
-            raise InvalidReference(f"queue {spec['queue']!r} does not exist") from exc
-        row = await cur.fetchone()
-        if row is not None:
-            return SubmitResult(row, True)
-        await cur.execute(
-            "SELECT * FROM operations WHERE project_id = %s AND idempotency_key = %s",
-            (project_id, key))
-        existing = await cur.fetchone()
-    if existing is None:  # cannot happen: ON CONFLICT means the row exists and is committed
-        raise Conflict("idempotency key in use but operation not visible; retry")
-    if existing["payload_hash"] != h:
-        raise Conflict(
-            f"Idempotency-Key {key!r} was already used for a different payload (operation "
-            f"{existing['id']}); use a new key for a new operation")
-    return SubmitResult(existing, False)
+    """Commit one operation (one statement = one transaction) before anyone acknowledges it:
+    a group of one (store/submissions.py)."""
+    [res] = await submit_many(conn, [SubmitItem(project_id, key, spec, actor, op_id)])
+    if isinstance(res, Exception):
+        raise res
+    return res
 
 
 async def get(conn: AsyncConnection, op_id: str, project_id: str | None) -> dict[str, Any]:

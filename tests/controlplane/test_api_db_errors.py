@@ -21,6 +21,7 @@ from psycopg_pool import PoolTimeout
 
 import controlplane.api
 from controlplane import db
+from controlplane.api import group_commit
 from controlplane.api.app import Settings, create_app
 from controlplane.api.errors import DB_UNAVAILABLE
 from controlplane.store import Conflict, StoreUnavailable
@@ -120,13 +121,13 @@ def test_submit_retries_a_broken_connection_once(app: FastAPI,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
-    async def broken_then_fine(*args: Any, **kwargs: Any) -> op_store.SubmitResult:
+    async def broken_then_fine(conn: Any, items: list[Any]) -> list[op_store.SubmitResult]:
         calls.append(1)
         if len(calls) == 1:
             await store_down()
-        return _submitted()
+        return [_submitted() for _ in items]
 
-    monkeypatch.setattr(op_store, "submit", broken_then_fine)
+    monkeypatch.setattr(group_commit, "submit_many", broken_then_fine)
     r = call(app, "POST", "/v1/operations", json=SPEC, headers={**AUTH, "Idempotency-Key": "k"})
     assert r.status_code == 201 and len(calls) == 2
 
@@ -138,7 +139,7 @@ def test_submit_gives_up_after_the_retry(app: FastAPI, monkeypatch: pytest.Monke
         calls.append(1)
         await store_down()
 
-    monkeypatch.setattr(op_store, "submit", always_broken)
+    monkeypatch.setattr(group_commit, "submit_many", always_broken)
     before = db_errors("/v1/operations")
     r = call(app, "POST", "/v1/operations", json=SPEC, headers={**AUTH, "Idempotency-Key": "k"})
     assert (r.status_code, r.json()) == (503, {"detail": DB_UNAVAILABLE})

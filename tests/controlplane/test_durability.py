@@ -3,6 +3,7 @@ was acknowledged, and retries with the same key never create duplicates."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -48,3 +49,69 @@ def test_api_sigkill_during_burst_loses_no_acknowledged_submission(
     assert len(rows) == len(stored) == 600  # exactly once per key
     missing = [a for a in acks if stored.get(a["key"]) != a["id"]]
     assert missing == []
+
+
+_SLOW_COMMIT = """
+CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN PERFORM pg_sleep(0.05); RETURN NULL; END $$;
+CREATE TRIGGER slow_commit AFTER INSERT ON operations
+  FOR EACH STATEMENT EXECUTE FUNCTION slow_commit();
+"""
+
+
+def test_api_sigkill_while_a_group_is_in_flight(cp_stack: ControlPlane) -> None:
+    """Every 201 is in the table with its id; nothing is in the table that was not sent; no key
+    twice. Each group statement is slowed to 50 ms (a trigger), so at the SIGKILL groups are
+    committing and requests are waiting on them; the metrics prove requests were grouped."""
+    with psycopg.connect(cp_stack.dsn, autocommit=True) as conn:
+        conn.execute(_SLOW_COMMIT)
+    api = cp_stack.apis[0]
+    sent: set[str] = set()
+    acked: dict[str, str] = {}
+
+    async def load() -> None:
+        import aiohttp
+
+        headers = {"Authorization": f"Bearer {cp_stack.user_token}"}
+        async with aiohttp.ClientSession(headers=headers) as s:
+            async def worker(w: int) -> None:
+                for i in range(10_000):
+                    key = f"inflight-{w}-{i}"
+                    sent.add(key)
+                    try:
+                        async with s.post(f"{cp_stack.api_url}/v1/operations",
+                                          headers={"Idempotency-Key": key},
+                                          json={"name": key, "workload": {"image": "a:1"}}) as r:
+                            if r.status == 201:
+                                acked[key] = (await r.json())["id"]
+                    except aiohttp.ClientError:
+                        return  # the API is gone
+
+            async def killer() -> None:
+                while len(acked) < 300:
+                    await asyncio.sleep(0.01)
+                async with s.get(f"{cp_stack.api_url}/metrics") as r:
+                    text = await r.text()
+                api.kill()  # SIGKILL with groups in flight
+                groups = _sample(text, "controlplane_submit_group_size_count")
+                grouped = _sample(text, "controlplane_submit_group_size_sum")
+                assert grouped / groups > 2, f"requests were not grouped: {grouped}/{groups}"
+
+            await asyncio.gather(killer(), *(worker(w) for w in range(32)))
+
+    asyncio.run(asyncio.wait_for(load(), 120))
+    api.popen.wait(5)
+    with psycopg.connect(cp_stack.dsn) as conn:
+        rows = conn.execute("SELECT idempotency_key, id::text FROM operations").fetchall()
+    stored = dict(rows)
+    assert len(rows) == len(stored)  # no key twice
+    assert set(stored) <= sent  # nothing that was not sent
+    assert {k: stored.get(k) for k in acked} == acked  # every 201 committed, same id
+    assert len(sent) > len(acked)  # requests were in flight at the kill
+
+
+def _sample(metrics_text: str, name: str) -> float:
+    for line in metrics_text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
