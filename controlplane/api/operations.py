@@ -4,13 +4,14 @@ in groups (api/group_commit.py), each answered after its group's commit."""
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 
 from controlplane import metrics
 from controlplane.api import serialize
-from controlplane.api.deps import AnyRole, Config, Conn, User, UserOrAdmin, log
+from controlplane.api.deps import AnyRole, Conn, Settings, User, UserOrAdmin, log
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.write_behind import WriteBehind
 from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
@@ -22,17 +23,19 @@ from controlplane.store.submissions import SubmitItem
 router = APIRouter(tags=["operations"])
 
 
-@router.post("/v1/operations", status_code=201)
-async def submit(spec: OperationSpec, p: User, response: Response, request: Request,
-                 settings: Config,
-                 idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+@router.post("/v1/operations", status_code=201, response_model=dict[str, Any])
+async def submit(spec: OperationSpec, p: User, request: Request,
+                 idempotency_key: Annotated[str | None, Header()] = None) -> Response:
+    # the hot path: settings read from the app, the answer encoded once (no response-model
+    # pass over the document)
     if not idempotency_key or len(idempotency_key) > 200:
         metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
         raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
     doc = spec.model_dump(mode="json")
+    settings: Settings = request.app.state.settings
     if settings.unsafe_ack_before_commit:
         write_behind: WriteBehind = request.app.state.write_behind
-        return write_behind.ack(p, idempotency_key, doc)
+        return _json(write_behind.ack(p, idempotency_key, doc), 201)
     commits: GroupCommit = request.app.state.group_commit
     item = SubmitItem(p.project_id, idempotency_key, doc, f"user:{p.project}")  # type: ignore[arg-type]
     for attempt in (1, 2):
@@ -49,13 +52,16 @@ async def submit(spec: OperationSpec, p: User, response: Response, request: Requ
                 raise
     metrics.SUBMISSIONS.labels(p.project, spec.queue,
                                "accepted" if res.created else "duplicate").inc()
-    if not res.created:
-        response.status_code = 200
-    else:
+    if res.created:
         log.info("submission accepted", extra={
             "action": "submit", "operation_id": str(res.operation["id"]),
             "project": p.project, "queue": spec.queue})
-    return serialize.operation(res.operation, p.project)
+    return _json(serialize.operation(res.operation, p.project), 201 if res.created else 200)
+
+
+def _json(doc: dict[str, Any], status: int) -> Response:
+    return Response(json.dumps(doc, separators=(",", ":")), status_code=status,
+                    media_type="application/json")
 
 
 @router.get("/v1/operations/{op_id}")

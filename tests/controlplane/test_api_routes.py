@@ -47,3 +47,41 @@ def test_no_route_appeared_unnoticed() -> None:
     # a new route is fine, but it belongs in the inventory above (and docs/CONTRACTS.md)
     extra = served_routes() - ROUTES_BEFORE_SPLIT
     assert not extra, f"routes not in the inventory: {sorted(extra)}"
+
+
+def sync_calls() -> list[str]:
+    """Route handlers and dependencies that FastAPI would run in a worker thread (a plain
+    `def`): a thread hop per request, more CPU than a submission's own statement."""
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    app = create_app(Settings(dsn="postgresql://unused@127.0.0.1:1/none"))
+    found: list[str] = []
+
+    def walk(dep: object, where: str) -> None:
+        call = getattr(dep, "call", None)
+        if call is not None and not (inspect.iscoroutinefunction(call)
+                                     or inspect.isasyncgenfunction(call)):
+            found.append(f"{where}: {getattr(call, '__qualname__', call)}")
+        for sub in getattr(dep, "dependencies", []):
+            walk(sub, where)
+
+    def routes(container: object) -> list[APIRoute]:
+        out: list[APIRoute] = []
+        for r in getattr(container, "routes", []):
+            if isinstance(r, APIRoute):
+                out.append(r)
+            elif hasattr(r, "original_router"):  # include_router's wrapper (FastAPI >= 0.16x)
+                out.extend(routes(r.original_router))
+        return out
+
+    served = routes(app)
+    for route in served:
+        walk(route.dependant, f"{sorted(route.methods)} {route.path}")
+    assert len(served) >= len(ROUTES_BEFORE_SPLIT) - 3  # the walk reached the routers
+    return found
+
+
+def test_no_route_or_dependency_runs_in_a_thread() -> None:
+    assert sync_calls() == []
