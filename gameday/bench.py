@@ -116,6 +116,10 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
                                  concurrency=concurrency, say=say)
         figures["submit"] = sub
         say(submit_summary(sub))
+        if sub["acknowledged_and_committed"] != sub["acknowledged"]:
+            raise click.ClickException(
+                f"{sub['acknowledged']} submissions were acknowledged (201) but only "
+                f"{sub['acknowledged_and_committed']} are in the table: acknowledged work was lost")
         # queue -> dispatched with free capacity, and claim throughput, on a fresh database:
         # the saturation rounds leave thousands of blocked operations behind
         dsn2 = pg.create_database("bench_dispatch")
