@@ -83,6 +83,13 @@ def cpu_split(stats: Mapping[int, tuple[int, int, int]], agents: Sequence[int]) 
     return own, rest
 
 
+def machine_busy_percent(before: Sequence[int], after: Sequence[int]) -> float:
+    """Busy share of all cores between two /proc/stat "cpu" lines (idle + iowait = not busy)."""
+    total = sum(after) - sum(before)
+    idle = (after[3] + after[4]) - (before[3] + before[4])
+    return round(100.0 * (total - idle) / total, 1) if total > 0 else float("nan")
+
+
 def per_attempt_ms(ticks: int, hz: int, attempts: int) -> float:
     if attempts <= 0 or hz <= 0:
         return float("nan")
@@ -118,6 +125,11 @@ def _proc_stats() -> dict[int, tuple[int, int, int]]:
         f = raw[raw.rindex(")") + 2:].split()  # stat(5) fields 4 (ppid), 14-17 (times)
         out[int(name)] = (int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14]))
     return out
+
+
+def _cpu_line() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
 
 
 # ---- the environment ------------------------------------------------------------------------
@@ -281,11 +293,20 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
                 warm = _submit_open_loop(cp.api_url, cp.user_token, body, 4.0, agents * 1.0)
                 _wait_terminal(dsn, warm, drain_timeout)
                 pids = [p.popen.pid for p in agent_procs]
-                before = cpu_split(_proc_stats(), pids)
+                assert pg.proc is not None
+                roots = {"postgres": [pg.proc.pid], "api": [p.popen.pid for p in cp.apis],
+                         "reconciler": [p.popen.pid for p in cp.recs],
+                         "moto": [moto.popen.pid], "registry": [registry.popen.pid],
+                         "agents": pids}
+                stats0, machine0 = _proc_stats(), _cpu_line()
+                before = cpu_split(stats0, pids)
                 say(f"submitting {rate:g}/s for {seconds:g} s ({start_method or 'default'} start)")
                 ids = _submit_open_loop(cp.api_url, cp.user_token, body, rate, seconds)
                 states = _wait_terminal(dsn, ids, drain_timeout)
-                after = cpu_split(_proc_stats(), pids)
+                stats1, machine1 = _proc_stats(), _cpu_line()
+                after = cpu_split(stats1, pids)
+                by_component = {name: sum(cpu_split(stats1, r)) - sum(cpu_split(stats0, r))
+                                for name, r in roots.items()}
                 lat, span = _latencies(dsn, ids)
                 dead = [p.name for p in agent_procs if p.popen.poll() is not None]
                 if dead:
@@ -310,6 +331,12 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
             "sleep_workload_warm": baseline_ms,
             "runtime_overhead": round(workload_ms - baseline_ms, 1),
         },
+        # everything this round started, per operation: where a 2-core machine's CPU goes
+        "cpu_ms_per_operation_by_component": {
+            **{name: per_attempt_ms(t, hz, attempts) for name, t in by_component.items()},
+            "total": per_attempt_ms(sum(by_component.values()), hz, attempts)},
+        "machine_busy_percent": machine_busy_percent(machine0, machine1),
+        "load_average_1m": os.getloadavg()[0],
     }
 
 

@@ -9,6 +9,7 @@ import pytest
 from gameday.bench_runtime import (
     cpu_split,
     latency_summary,
+    machine_busy_percent,
     median_figures,
     per_attempt_ms,
     percentile,
@@ -53,3 +54,11 @@ def test_median_figures_nested_and_missing_keys() -> None:
     out = median_figures(rounds)
     assert out == {"a": 3, "m": "x", "q": {"p95": 20, "n": 3},
                    "states": {"succeeded": 5, "failed": 1}}
+
+
+def test_machine_busy_percent_from_proc_stat_lines() -> None:
+    # user nice system idle iowait irq softirq steal: 300 busy + 100 idle/iowait ticks
+    before = [100, 0, 50, 1000, 10, 0, 0, 0]
+    after = [300, 0, 150, 1080, 30, 0, 0, 0]
+    assert machine_busy_percent(before, after) == 75.0
+    assert math.isnan(machine_busy_percent(before, before))
