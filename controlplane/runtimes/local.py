@@ -1,6 +1,6 @@
 """The ``local`` runtime: the workload as a process group of its own on the agent's machine.
 
-Attempts start in one of two ways (docs/RUNTIMES.md):
+Attempts start in one of two ways (docs/local-environment.md, "How attempts start"):
 
 * ``forkserver`` (default): a warm parent per runtime (``controlplane.runtimes.zygote``) has
   the workload's imports done and forks a child per attempt, a few ms of CPU instead of an
@@ -156,7 +156,7 @@ class LocalRuntime:
                 try:
                     return self._start_forked(server, args, env)
                 except ForkServerError as exc:
-                    log.warning("local runtime: %s; recreating the warm parent", exc)
+                    log.warning("local runtime: %s; trying again (a dead warm parent is replaced)", exc)
         return self._start_plain(args, env)
 
     def _forkserver(self) -> ForkServer | None:

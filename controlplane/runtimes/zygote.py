@@ -134,7 +134,13 @@ class Zygote:
         sync_r, sync_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # e.g. EAGAIN at the process limit: this attempt fails, not us
+            for fd in (sync_r, sync_w, out_fd):
+                os.close(fd)
+            self.send({"op": "error", "id": msg.get("id"), "error": f"fork failed: {exc}"})
+            return
         if pid == 0:
             os.close(sync_r)
             _child(msg, out_fd, sync_w, [self.sock.fileno(), self.wake_r, self.wake_w])
