@@ -133,3 +133,7 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
 
 
 bench_group.add_command(idle_cmd)
+
+from gameday.bench_runtime import runtime_cmd
+
+bench_group.add_command(runtime_cmd)
