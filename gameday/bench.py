@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from gameday.bench_idle import idle_cmd
+from gameday.bench_idle import idle_cmd, measure_idle
+from gameday.bench_runtime import runtime_cmd, runtime_rounds
 from gameday.bench_submit import measure_submit, submit_summary
 
 IMAGE = "127.0.0.1:5000/ml/trainer:1.0"
@@ -90,14 +91,30 @@ def _dispatch_and_claims(cp: object, dsn: str, say: object) -> dict[str, object]
 @click.option("--concurrency", default=32, show_default=True, help="Clients at saturation.")
 @click.option("--api-workers", default=1, show_default=True,
               help="Worker processes of the API replica.")
+@click.option("--runtime/--no-runtime", default=True, show_default=True,
+              help="Also measure short workloads through the local runtime (20 ops/s).")
+@click.option("--idle/--no-idle", default=True, show_default=True,
+              help="Also measure the idle local environment (brought up if it is not up).")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path),
+              help="For --idle: directory holding .gameday/ [default: $GAMEDAY_HOME or the "
+              "current directory].")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the figures as JSON here.")
 def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_workers: int,
+                       runtime: bool, idle: bool, home: Path | None,
                        json_out: Path | None) -> None:
-    """The submit path through one API replica: durable submissions/s and p50/p95/p99 at
-    saturation and at half of it, CPU ms per submission of the API, reconciler, PostgreSQL and
-    this client, RSS/PSS, every 201 checked against the table; then queue->dispatched latency
-    and claim throughput."""
+    """Everything the control plane costs, medians of rounds:
+
+    \b
+    1. the submit path through one API replica: durable submissions/s and p50/p95/p99 at
+       saturation and at half of it, CPU ms per submission of the API, reconciler,
+       PostgreSQL and this client, RSS/PSS, every 201 checked against the table;
+       queue->dispatched latency and claim throughput;
+    2. short `sleep` workloads at 20 operations/s through real agents on the local runtime:
+       queue->running p50/p95/p99, throughput, CPU per attempt (as `gameday bench runtime`);
+    3. the idle local environment over 30 s windows: % of one core, processes, PSS (as
+       `gameday bench idle`).
+    """
 
     from controlplane.db import migrate
     from infra.local.launch import ControlPlane
@@ -126,6 +143,16 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
         migrate(dsn2)
         with ControlPlane(dsn=dsn2, replicas=1, reconcilers=1) as cp:
             figures.update(_dispatch_and_claims(cp, dsn2, say))
+    if runtime:
+        say("short workloads through the local runtime (20 ops/s of 0.2 s sleeps, 2 agents):")
+        figures["runtime"] = runtime_rounds(20.0, 20.0, 0.2, 2, rounds, say)
+        q = figures["runtime"]["queue_to_running"]
+        say(f"queue->running p50 {q['p50_ms']} ms p95 {q['p95_ms']} ms p99 {q['p99_ms']} ms, "
+            f"{figures['runtime']['throughput_ops_per_s']} ops/s, CPU per attempt "
+            f"{figures['runtime']['cpu_ms_per_attempt']}")
+    if idle:
+        figures["idle"] = measure_idle("local", home, seconds=30.0, rounds=rounds, settle=20.0,
+                                       say=say)
 
     click.echo(json.dumps(figures, indent=2))
     if json_out:
@@ -133,7 +160,4 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
 
 
 bench_group.add_command(idle_cmd)
-
-from gameday.bench_runtime import runtime_cmd
-
 bench_group.add_command(runtime_cmd)

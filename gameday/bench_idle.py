@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -82,10 +83,19 @@ def idle_cmd(name: str, home: Path | None, seconds: float, rounds: int, settle: 
     Uses the environment if it is up; otherwise brings it up, measures, and brings it down
     again. Nothing else should run on the machine meanwhile (the figures would include it
     nowhere, but the environment's own timers stretch under contention)."""
-    from infra.local.env import LocalEnvironment
-
     def say(msg: str) -> None:
         click.echo(msg, err=True)
+
+    figures = measure_idle(name, home, seconds=seconds, rounds=rounds, settle=settle, say=say)
+    click.echo(json.dumps(figures, indent=2))
+    if json_out:
+        json_out.write_text(json.dumps(figures, indent=2))
+
+
+def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, settle: float,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    """The idle figures of the local environment `name` (brought up and down if it is not up)."""
+    from infra.local.env import LocalEnvironment
 
     env = LocalEnvironment(name, home)
     started_here = not env.is_running()
@@ -107,7 +117,7 @@ def idle_cmd(name: str, home: Path | None, seconds: float, rounds: int, settle: 
         names = sorted({n for r in results for n in r} - {"total"})
         per = {n: statistics.median(r.get(n, 0.0) for r in results) for n in names}
         everything = procs.marked_processes(env.state_dir)
-        figures = {
+        figures: dict[str, Any] = {
             "seconds_per_round": seconds,
             "rounds": rounds,
             "idle_cpu_percent_of_one_core": statistics.median(r["total"] for r in results),
@@ -119,11 +129,9 @@ def idle_cmd(name: str, home: Path | None, seconds: float, rounds: int, settle: 
         if started_here:
             say(f"bringing environment {name!r} down")
             env.down()
-    for comp, pct in figures["idle_cpu_percent_by_component"].items():  # type: ignore[union-attr]
+    for comp, pct in figures["idle_cpu_percent_by_component"].items():
         say(f"  {pct:5.1f} %  {comp}")
     say(f"idle: {figures['idle_cpu_percent_of_one_core']:.1f} % of one core (median of "
         f"{rounds} x {seconds:.0f} s), {figures['processes']} processes, "
         f"PSS {figures['pss_mib']} MiB")
-    click.echo(json.dumps(figures, indent=2))
-    if json_out:
-        json_out.write_text(json.dumps(figures, indent=2))
+    return figures

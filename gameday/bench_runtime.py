@@ -357,6 +357,17 @@ def runtime_cmd(rate: float, seconds: float, sleep_seconds: float, agents: int, 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
 
+    figures = runtime_rounds(rate, seconds, sleep_seconds, agents, rounds, say,
+                             start_method=start_method)
+    click.echo(json.dumps(figures, indent=2))
+    if json_out:
+        json_out.write_text(json.dumps(figures, indent=2))
+
+
+def runtime_rounds(rate: float, seconds: float, sleep_seconds: float, agents: int, rounds: int,
+                   say: Callable[[str], object], *, start_method: str | None = None,
+                   ) -> dict[str, Any]:
+    """`rounds` rounds of measure_runtime, each printed; the medians."""
     results = []
     for i in range(rounds):
         r = measure_runtime(rate, seconds, sleep_seconds, agents, say, start_method=start_method)
@@ -365,7 +376,4 @@ def runtime_cmd(rate: float, seconds: float, sleep_seconds: float, agents: int, 
             f"{q['p99_ms']} ms; {r['throughput_ops_per_s']} ops/s; CPU/attempt {cpu['total']} ms "
             f"(runtime overhead {cpu['runtime_overhead']} ms)")
         results.append(r)
-    figures = {**median_figures(results), "rounds": rounds}
-    click.echo(json.dumps(figures, indent=2))
-    if json_out:
-        json_out.write_text(json.dumps(figures, indent=2))
+    return {**median_figures(results), "rounds": rounds}
