@@ -113,9 +113,18 @@ def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region:
         start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
     store_config = storage.StorageConfig(endpoint_url=s3_endpoint, bucket=bucket)
 
+    stores: list[storage.ObjectStore] = []
+    stores_lock = threading.Lock()
+
     def store_factory() -> storage.ObjectStore:
+        # One store (one boto3 client) per agent, shared by its runners: boto3 clients are
+        # thread-safe, and building one costs tens of ms of CPU, once per attempt before.
         # A bounded deadline: the runner interleaves retries with lease heartbeats.
-        return storage.ObjectStore.from_config(store_config, storage.RetryPolicy(deadline_seconds=2.0))
+        with stores_lock:
+            if not stores:
+                stores.append(storage.ObjectStore.from_config(
+                    store_config, storage.RetryPolicy(deadline_seconds=2.0)))
+            return stores[0]
 
     agent = Agent(
         identity=AgentIdentity(name, pool, zone, region, datasets, registries),
