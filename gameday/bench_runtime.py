@@ -127,6 +127,25 @@ def _proc_stats() -> dict[int, tuple[int, int, int]]:
     return out
 
 
+def requests_by_route(metrics_text: str) -> dict[str, float]:
+    """"METHOD route" -> requests answered, from the API's /metrics text."""
+    out: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if not line.startswith("controlplane_http_requests_total{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        kv = dict(part.split("=", 1) for part in labels[labels.index("{") + 1:-1].split(","))
+        key = f"{kv['method'].strip(chr(34))} {kv['route'].strip(chr(34))}"
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def _requests_by_route(api_url: str) -> dict[str, float]:
+    import httpx
+
+    return requests_by_route(httpx.get(f"{api_url}/metrics", timeout=10).text)
+
+
 def _cpu_line() -> list[int]:
     with open("/proc/stat") as f:
         return [int(x) for x in f.readline().split()[1:]]
@@ -299,11 +318,13 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
                          "moto": [moto.popen.pid], "registry": [registry.popen.pid],
                          "agents": pids}
                 stats0, machine0 = _proc_stats(), _cpu_line()
+                requests0 = _requests_by_route(cp.api_url)
                 before = cpu_split(stats0, pids)
                 say(f"submitting {rate:g}/s for {seconds:g} s ({start_method or 'default'} start)")
                 ids = _submit_open_loop(cp.api_url, cp.user_token, body, rate, seconds)
                 states = _wait_terminal(dsn, ids, drain_timeout)
                 stats1, machine1 = _proc_stats(), _cpu_line()
+                requests1 = _requests_by_route(cp.api_url)
                 after = cpu_split(stats1, pids)
                 by_component = {name: sum(cpu_split(stats1, r)) - sum(cpu_split(stats0, r))
                                 for name, r in roots.items()}
@@ -335,6 +356,10 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
         "cpu_ms_per_operation_by_component": {
             **{name: per_attempt_ms(t, hz, attempts) for name, t in by_component.items()},
             "total": per_attempt_ms(sum(by_component.values()), hz, attempts)},
+        # what each operation asks of the API (agents' claims, reports, heartbeats, events)
+        "api_requests_per_operation": {
+            route: round((n - requests0.get(route, 0)) / attempts, 2)
+            for route, n in sorted(requests1.items()) if attempts and n > requests0.get(route, 0)},
         "machine_busy_percent": machine_busy_percent(machine0, machine1),
         "load_average_1m": os.getloadavg()[0],
     }
