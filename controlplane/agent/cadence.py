@@ -8,9 +8,6 @@ request per interval instead of a claim every ``poll_seconds`` plus heartbeats.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-
 
 def claim_wait(heartbeat_seconds: float, long_poll_seconds: float | None,
                margin: float = 0.1) -> float:
@@ -33,11 +30,3 @@ def sleep_seconds(now: float, deadlines: list[float], cap: float) -> float:
     """Sleep until the earliest deadline, never longer than ``cap`` nor below zero."""
     return max(0.0, min([cap, *(d - now for d in deadlines)]))
 
-
-def jittered(seconds: float, fraction: float,
-             rand: Callable[[], float] = random.random) -> float:
-    """``seconds`` stretched by up to ``fraction`` at random: processes started together
-    (all agents of an environment) do not keep waking in the same instant."""
-    if seconds < 0 or not 0 <= fraction < 1:
-        raise ValueError(f"need seconds >= 0 and 0 <= fraction < 1, got {seconds}, {fraction}")
-    return seconds * (1.0 + fraction * rand())

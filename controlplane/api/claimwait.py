@@ -18,6 +18,10 @@ from controlplane.store.agents import CLAIM_CHANNEL, claimable_agents
 
 log = logging.getLogger("controlplane.api")
 RECONNECT_SECONDS = 1.0
+# A LISTEN connection that died silently (a partition, a failover behind a proxy) would leave
+# waiters sleeping out their full wait: probe it this often, give the probe this long.
+PROBE_SECONDS = 15.0
+PROBE_TIMEOUT = 5.0
 
 
 class ClaimWakeups:
@@ -59,9 +63,11 @@ class ClaimWakeups:
                         application_name="api-claim-listen") as conn:
                     await conn.execute(f"LISTEN {CLAIM_CHANNEL}")
                     self.listening = True
-                    async for n in conn.notifies():
-                        self.wake(claimable_agents(n.payload))
-            except (psycopg.Error, OSError) as exc:
+                    while True:
+                        async for n in conn.notifies(timeout=PROBE_SECONDS):
+                            self.wake(claimable_agents(n.payload))
+                        await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_TIMEOUT)
+            except (psycopg.Error, OSError, TimeoutError) as exc:
                 log.warning("claim listener lost; long-polling claims answer at once meanwhile",
                             extra={"action": "claim_listener", "error": str(exc)})
             finally:
