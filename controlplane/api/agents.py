@@ -26,9 +26,10 @@ from controlplane.store import StaleReport
 from controlplane.store import agents as agent_store
 
 router = APIRouter(tags=["agents"])
-# an upper bound only: agents ask for at most their heartbeat interval, since the claim's
-# query is what heartbeats a waiting agent
-MAX_CLAIM_WAIT_SECONDS = 30.0
+# Agents ask for at most their heartbeat interval (the claim's query is what heartbeats a
+# waiting agent); the bound stays under the load balancer's 10 s server timeout
+# (infra/local/components.py), past which it would answer 504 and retry the claim.
+MAX_CLAIM_WAIT_SECONDS = 8.0
 
 
 @router.post("/v1/agents/register")

@@ -66,5 +66,5 @@ def test_without_wait_the_claim_answers_at_once(cp_stack: ControlPlane) -> None:
     agent_id = agent.register("lp-2")
     items, took = _claim(agent, agent_id, 0)
     assert items == [] and took < 1.0
-    assert agent.c.post(f"/v1/agents/{agent_id}/claim", params={"wait": 31},
+    assert agent.c.post(f"/v1/agents/{agent_id}/claim", params={"wait": 8.5},
                         json={"max": 1}).status_code == 422  # bounded
