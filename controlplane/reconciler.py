@@ -15,6 +15,7 @@ import psycopg
 
 from controlplane import defects, metrics
 from controlplane.health import ReconcilerHealth, default_stall_seconds
+from controlplane.store import agents as agent_store
 from controlplane.store import scheduling
 from controlplane.store.operations import NOTIFY_CHANNEL
 
@@ -116,6 +117,8 @@ class Reconciler:
         st, self._fleet, self._blocked_cursor = await scheduling.schedule(
             conn, alive_seconds=self.s.agent_timeout, lease_seconds=self.s.lease_seconds,
             last_fleet=self._fleet, blocked_after=self._blocked_cursor)
+        if st.dispatched:  # wake the agents' long-polling claims (api/claimwait.py)
+            await agent_store.notify_claimable(conn)
         if self._blocked_cursor is not None:
             self._wake.set()  # a blocked sweep is half done: continue without waiting
         metrics.RECONCILER_PASSES.labels("schedule").inc()

@@ -61,9 +61,16 @@ class AgentApi:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], *, params: dict[str, Any] | None = None,
+              extra_seconds: float = 0.0) -> dict[str, Any]:
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if extra_seconds:
+            # the server may hold the request this much longer on purpose (long poll)
+            base = self._http.timeout
+            timeout = httpx.Timeout(connect=base.connect, read=(base.read or 0) + extra_seconds,
+                                    write=base.write, pool=base.pool)
         try:
-            response = self._http.post(path, json=body)
+            response = self._http.post(path, json=body, params=params, timeout=timeout)
         except httpx.TransportError as exc:
             raise ApiUnavailable(f"POST {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code == 409:
@@ -85,8 +92,12 @@ class AgentApi:
     def heartbeat(self, agent_id: str) -> None:
         self._post(f"/v1/agents/{agent_id}/heartbeat", {})
 
-    def claim(self, agent_id: str, max_items: int) -> list[dict[str, Any]]:
-        return list(self._post(f"/v1/agents/{agent_id}/claim", {"max": max_items}).get("items", []))
+    def claim(self, agent_id: str, max_items: int, wait: float = 0.0) -> list[dict[str, Any]]:
+        """Claim routed work; ``wait`` > 0 lets the API hold the call that long for work to
+        arrive (an API that does not know the parameter answers at once)."""
+        params = {"wait": f"{wait:.3f}"} if wait > 0 else None
+        return list(self._post(f"/v1/agents/{agent_id}/claim", {"max": max_items},
+                               params=params, extra_seconds=wait).get("items", []))
 
     def attempt_heartbeat(self, attempt_id: str, fencing_token: int,
                           progress: dict[str, Any] | None) -> AttemptHeartbeat:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controlplane import storage
+from controlplane.agent import cadence
 from controlplane.agent.api import AgentApi, ApiError, ApiUnavailable, Registration
 from controlplane.agent.attempt import AttemptRunner, Claim, RunnerSettings
 from controlplane.agent.capacity import Capacity
@@ -39,7 +40,9 @@ class AgentIdentity:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    poll_seconds: float = 0.5  # idle claim interval
+    poll_seconds: float = 0.5  # idle claim interval when the API answers claims at once
+    # longest a claim waits on the API for work (None: the heartbeat interval, see cadence.py)
+    long_poll_seconds: float | None = None
     register_retry_seconds: float = 1.0
     shutdown_grace_seconds: float = 10.0
     spool_flush_seconds: float = 1.0  # flusher pass interval
@@ -102,18 +105,24 @@ class Agent:
         self.flusher.start()
         next_heartbeat = 0.0
         next_claim = 0.0
+        wait = cadence.claim_wait(reg.heartbeat_seconds, self.settings.long_poll_seconds)
         while not self.stop_event.is_set():
             now = time.monotonic()
+            self._reap()
+            if now >= next_claim:
+                claimed = self._claim(reg, wait)
+                if claimed is not None:  # the claim's query heartbeated the agent
+                    next_heartbeat = now + reg.heartbeat_seconds
+                next_claim = cadence.next_claim_at(now, claimed or 0, self.settings.poll_seconds)
+                now = time.monotonic()
             if now >= next_heartbeat:
                 next_heartbeat = now + reg.heartbeat_seconds
                 self._call("heartbeat", lambda: self.api.heartbeat(reg.agent_id))
-            self._reap()
-            if now >= next_claim:
-                claimed = self._claim(reg)
-                # Claim again at once while work keeps coming and capacity remains.
-                next_claim = now if claimed else now + self.settings.poll_seconds
             self._publish_capacity()
-            self.stop_event.wait(min(0.1, self.settings.poll_seconds))
+            # Nothing to do before the next claim or heartbeat; a full agent re-checks its
+            # capacity every poll_seconds (no network), as it claimed no sooner before.
+            self.stop_event.wait(cadence.sleep_seconds(
+                time.monotonic(), [next_claim, next_heartbeat], self.settings.poll_seconds))
         self._shutdown()
 
     def _call(self, name: str, fn: Callable[[], object]) -> object | None:
@@ -125,14 +134,15 @@ class Agent:
             log.warning("%s failed: %s", name, exc)
             return None
 
-    def _claim(self, reg: Registration) -> int:
+    def _claim(self, reg: Registration, wait: float) -> int | None:
+        """Attempts claimed; None when no claim was made (no capacity) or it failed."""
         cpu_free, _ = self.capacity.free()
         if cpu_free < 1:
-            return 0
+            return None
         # One at a time: each claim is checked against what is left after the previous one.
-        items = self._call("claim", lambda: self.api.claim(reg.agent_id, 1))
-        if not items:
-            return 0
+        items = self._call("claim", lambda: self.api.claim(reg.agent_id, 1, wait=wait))
+        if items is None:
+            return None
         for item in items:  # type: ignore[attr-defined]
             self._start_runner(Claim.from_api(item), reg)
         return len(items)  # type: ignore[arg-type]

@@ -3,15 +3,17 @@ events, report). A report whose fencing token lost the attempt is refused with 4
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
+import asyncio
 import uuid
 from typing import Annotated, Any
 
 import psycopg
-from fastapi import APIRouter, Header, HTTPException
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from controlplane import metrics
-from controlplane.api.deps import Agent, Config, Conn, log
+from controlplane import db, metrics
+from controlplane.api.claimwait import ClaimWakeups
+from controlplane.api.deps import Agent, Config, Conn, Pool, log
 from controlplane.models import (
     AgentEvents,
     AgentRegistration,
@@ -24,6 +26,10 @@ from controlplane.store import StaleReport
 from controlplane.store import agents as agent_store
 
 router = APIRouter(tags=["agents"])
+# Agents ask for at most their heartbeat interval (the claim's query is what heartbeats a
+# waiting agent); the bound stays under the load balancer's 10 s server timeout
+# (infra/local/components.py), past which it would answer 504 and retry the claim.
+MAX_CLAIM_WAIT_SECONDS = 8.0
 
 
 @router.post("/v1/agents/register")
@@ -43,16 +49,48 @@ async def agent_heartbeat(agent_id: str, p: Agent, c: Conn) -> dict[str, bool]:
 
 
 @router.post("/v1/agents/{agent_id}/claim")
-async def claim(agent_id: str, body: ClaimRequest, p: Agent, c: Conn,
-                settings: Config) -> dict[str, Any]:
-    rows = await agent_store.claim(c, _uuid_or_404(agent_id, "agent"), body.max,
-                                   settings.lease_seconds)
+async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request: Request,
+                settings: Config,
+                wait: Annotated[float, Query(ge=0, le=MAX_CLAIM_WAIT_SECONDS)] = 0.0
+                ) -> dict[str, Any]:
+    """Claim routed work. ``?wait=S``: when there is none, hold the request up to S seconds
+    and claim as soon as the reconciler routes work here (an idle agent asks once per S
+    instead of polling). Without ``wait`` the answer is immediate, as it always was."""
+    aid = _uuid_or_404(agent_id, "agent")
+    wakeups = _wakeups(request, settings) if wait > 0 else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        # armed before the query: a dispatch committed after it started still wakes us
+        event = wakeups.arm(aid) if wakeups is not None and wakeups.listening else None
+        try:
+            # a pooled connection per query, not per request: a waiting claim holds none
+            async with db.connection(pool) as c:
+                rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds)
+            left = deadline - loop.time()
+            if rows or event is None or left <= 0:
+                break
+            try:
+                await asyncio.wait_for(event.wait(), timeout=left)
+            except TimeoutError:
+                break  # the query above already heartbeated this agent
+        finally:
+            if event is not None:
+                wakeups.disarm(aid, event)  # type: ignore[union-attr]
     return {"items": [{
         "attempt_id": str(r["attempt_id"]), "operation_id": str(r["operation_id"]),
         "number": r["number"], "fencing_token": r["fencing_token"],
         "lease_expires_at": r["lease_expires_at"].isoformat(),
         "lease_seconds": r["lease_seconds"], "spec": r["spec"], "project": r["project"],
     } for r in rows]}
+
+
+def _wakeups(request: Request, settings: Config) -> ClaimWakeups:
+    wakeups: ClaimWakeups | None = getattr(request.app.state, "claim_wakeups", None)
+    if wakeups is None:
+        wakeups = request.app.state.claim_wakeups = ClaimWakeups(settings.dsn)
+    wakeups.start()
+    return wakeups
 
 
 @router.post("/v1/agents/{agent_id}/events")

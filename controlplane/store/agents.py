@@ -18,6 +18,10 @@ from controlplane.store.transitions import record_event, transition
 
 BREAKER_THRESHOLD = 3  # consecutive transient failures on one agent before it stops getting work
 BREAKER_COOLDOWN = timedelta(seconds=30)
+# Wakes long-polling claims (controlplane/api/claimwait.py): payload = comma-separated ids of
+# agents with unclaimed dispatched attempts, "" = wake every waiter.
+CLAIM_CHANNEL = "controlplane_claimable"
+NOTIFY_MAX_AGENTS = 200  # pg_notify payloads stop at 8000 bytes: more ids -> wake everyone
 
 
 async def register(conn: AsyncConnection, reg: dict[str, Any]) -> str:
@@ -80,6 +84,27 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
     for r in rows:
         r["lease_seconds"] = lease_seconds
     return rows
+
+
+async def notify_claimable(conn: AsyncConnection) -> int:
+    """Tell long-polling claimers which agents have work waiting; returns how many agents."""
+    async with conn.cursor() as cur:
+        await cur.execute("SELECT DISTINCT agent_id::text FROM attempts"
+                          " WHERE state = 'dispatched' AND claimed_at IS NULL")
+        ids = [r[0] for r in await cur.fetchall()]
+        if ids:
+            await cur.execute("SELECT pg_notify(%s, %s)", (CLAIM_CHANNEL, claimable_payload(ids)))
+    return len(ids)
+
+
+def claimable_payload(agent_ids: list[str]) -> str:
+    return "" if len(agent_ids) > NOTIFY_MAX_AGENTS else ",".join(sorted(agent_ids))
+
+
+def claimable_agents(payload: str) -> set[str] | None:
+    """The agents a notification is for; None = all of them (empty or oversized payload)."""
+    ids = {a.strip() for a in payload.split(",") if a.strip()}
+    return ids or None
 
 
 async def _fenced_attempt(conn: AsyncConnection, attempt_id: str, token: int) -> dict[str, Any]:
