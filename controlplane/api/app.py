@@ -42,6 +42,9 @@ def create_app(settings: Settings) -> FastAPI:
                 app.state.write_behind.flush_forever(pool, settings.unsafe_flush_seconds))
         yield
         await app.state.group_commit.close()
+        wakeups = getattr(app.state, "claim_wakeups", None)  # started by a first waiting claim
+        if wakeups is not None:
+            await wakeups.stop()
         if flusher:
             flusher.cancel()
         await pool.close()

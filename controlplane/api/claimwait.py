@@ -10,6 +10,7 @@ so a lost listener costs claim latency never work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import psycopg
@@ -35,6 +36,13 @@ class ClaimWakeups:
         """Start (or restart) the listener on the running event loop; idempotent."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._listen(), name="claim-listener")
+
+    async def stop(self) -> None:
+        """Cancel the listener (the app is shutting down); waiting claims answer at once."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
     def arm(self, agent_id: str) -> asyncio.Event:
         """Register before querying: a notification after this point is never missed."""

@@ -67,12 +67,13 @@ def test_machine_busy_percent_from_proc_stat_lines() -> None:
 def test_requests_by_route_sums_codes_per_method_and_route() -> None:
     from gameday.bench_runtime import requests_by_route
 
-    text = "\n".join([
+    lines = [
         "# HELP controlplane_http_requests_total HTTP requests answered",
         'controlplane_http_requests_total{route="/v1/agents/{agent_id}/claim",method="POST",code="200"} 7.0',
         'controlplane_http_requests_total{route="/v1/agents/{agent_id}/claim",method="POST",code="503"} 1.0',
         'controlplane_http_requests_total{route="/metrics",method="GET",code="200"} 2.0',
         'controlplane_http_request_duration_seconds_count{route="/metrics",method="GET"} 2.0',
-    ])
+    ]
+    text = "\n".join(lines)
     assert requests_by_route(text) == {"POST /v1/agents/{agent_id}/claim": 8.0,
                                        "GET /metrics": 2.0}
