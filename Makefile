@@ -19,7 +19,7 @@ test: setup
 test-fast: setup
 	$(VENV)/pytest -q -m "not slow"
 
-## Control-plane throughput/latency/RSS figures on this machine.
+## Submit path, local runtime and idle environment figures on this machine (~5 min).
 bench-controlplane: setup
 	$(VENV)/gameday bench controlplane
 
