@@ -38,7 +38,8 @@ class ForkedProcess:
         self.lost_reason: str | None = None  # set when the exit is unknown (zygote died)
         self._done = threading.Event()
 
-    def _exited(self, code: int, lost_reason: str | None = None) -> None:
+    def mark_exited(self, code: int, lost_reason: str | None = None) -> None:
+        """Called by the ForkServer when the zygote reports the exit (or dies: lost_reason)."""
         if self._done.is_set():
             return
         self.lost_reason = lost_reason
@@ -172,7 +173,7 @@ class ForkServer:
             elif op == "exit":
                 child = self._children.pop(int(msg["pid"]), None)
                 if child is not None:
-                    child._exited(int(msg["code"]))
+                    child.mark_exited(int(msg["code"]))
 
     def _on_death(self) -> None:
         self._dead.set()
@@ -192,7 +193,7 @@ class ForkServer:
             # group kill here reaches grandchildren too.
             with contextlib.suppress(OSError):
                 os.killpg(child.pid, signal.SIGKILL)
-            child._exited(-signal.SIGKILL, lost_reason=reason)
+            child.mark_exited(-signal.SIGKILL, lost_reason=reason)
         for event, box in waiting.values():
             box.append(reason)
             event.set()
