@@ -15,9 +15,7 @@ import click
 
 from gameday.bench_idle import idle_cmd, measure_idle
 from gameday.bench_runtime import runtime_cmd, runtime_rounds
-from gameday.bench_submit import measure_submit, submit_summary
-
-IMAGE = "127.0.0.1:5000/ml/trainer:1.0"
+from gameday.bench_submit import IMAGE, measure_submit, submit_summary
 
 
 @click.group("bench")

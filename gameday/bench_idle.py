@@ -43,7 +43,8 @@ def owners(components: Mapping[str, list[int]], everything: list[int]) -> dict[i
     return out
 
 
-def _ticks(pids: list[int]) -> dict[int, int]:
+def ticks_of(pids: list[int]) -> dict[int, int]:
+    """pid -> CPU ticks (user + system) of the processes still alive."""
     return {pid: t for pid in pids if (t := procs.cpu_ticks(pid)) is not None}
 
 
@@ -51,11 +52,11 @@ def measure_round(pids_of: Callable[[], dict[int, str]], seconds: float, hz: int
                   ) -> dict[str, float]:
     """% of one core per component over one window, and the total."""
     owner = pids_of()
-    before = _ticks(list(owner))
+    before = ticks_of(list(owner))
     t0 = time.monotonic()
     time.sleep(seconds)
     owner.update(pids_of())  # processes started inside the window count too
-    after = _ticks(list(owner))
+    after = ticks_of(list(owner))
     elapsed = time.monotonic() - t0
     by: dict[str, float] = {}
     for name in set(owner.values()):

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.bench_idle import spent, ticks_of
+from gameday.bench_runtime import percentile
 from infra.local import procs
 
 IMAGE = "127.0.0.1:5000/ml/trainer:1.0"
@@ -41,11 +43,8 @@ class LoadResult:
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:
-    """The q-th percentile (nearest rank) of latencies in seconds, in milliseconds."""
-    if not seconds:
-        return float("nan")
-    xs = sorted(seconds)
-    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] * 1000
+    """The q-th percentile (nearest rank, as `gameday bench runtime`) in milliseconds."""
+    return percentile(seconds, q) * 1000
 
 
 def cpu_ms_per(ticks: int, hz: int, n: int) -> float:
@@ -104,13 +103,7 @@ async def submit_load(urls: list[str], token: str, *, seconds: float, concurrenc
 
 
 def _group_ticks(groups: dict[str, list[int]]) -> dict[str, dict[int, int]]:
-    return {name: {p: t for p in pids if (t := procs.cpu_ticks(p)) is not None}
-            for name, pids in groups.items()}
-
-
-def _spent(before: dict[int, int], after: dict[int, int]) -> int:
-    # a process born inside the window (a new backend) counts from zero
-    return sum(t - before.get(p, 0) for p, t in after.items() if t >= before.get(p, 0))
+    return {name: ticks_of(pids) for name, pids in groups.items()}
 
 
 def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: int,
@@ -155,7 +148,7 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
         r = asyncio.run(submit_load([url], token, seconds=seconds, concurrency=concurrency))
         c1 = os.times()
         after = _group_ticks(processes())
-        per = {name: cpu_ms_per(_spent(before[name], after[name]), hz, r.ok) for name in after}
+        per = {name: cpu_ms_per(spent(before[name], after[name]), hz, r.ok) for name in after}
         per["client"] = ((c1.user + c1.system) - (c0.user + c0.system)) * 1000 / max(r.ok, 1)
         sat.append(r)
         cpu.append(per)
