@@ -57,7 +57,7 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
     and claim as soon as the reconciler routes work here (an idle agent asks once per S
     instead of polling). Without ``wait`` the answer is immediate, as it always was."""
     aid = _uuid_or_404(agent_id, "agent")
-    wakeups = _wakeups(request, settings) if wait > 0 else None
+    wakeups = _wakeups(request) if wait > 0 else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
@@ -85,11 +85,9 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
     } for r in rows]}
 
 
-def _wakeups(request: Request, settings: Config) -> ClaimWakeups:
-    wakeups: ClaimWakeups | None = getattr(request.app.state, "claim_wakeups", None)
-    if wakeups is None:
-        wakeups = request.app.state.claim_wakeups = ClaimWakeups(settings.dsn)
-    wakeups.start()
+def _wakeups(request: Request) -> ClaimWakeups:
+    wakeups: ClaimWakeups = request.app.state.claim_wakeups  # made by create_app
+    wakeups.start()  # the listener starts with the first waiting claim
     return wakeups
 
 

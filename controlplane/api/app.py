@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from controlplane import defects
 from controlplane.api import admin, agents, errors, health, operations, operator
+from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.middleware import MetricsMiddleware
@@ -42,9 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
                 app.state.write_behind.flush_forever(pool, settings.unsafe_flush_seconds))
         yield
         await app.state.group_commit.close()
-        wakeups = getattr(app.state, "claim_wakeups", None)  # started by a first waiting claim
-        if wakeups is not None:
-            await wakeups.stop()
+        await app.state.claim_wakeups.stop()
         if flusher:
             flusher.cancel()
         await pool.close()
@@ -58,6 +57,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.tokens = TokenCache(settings.token_cache_seconds)
     app.state.write_behind = WriteBehind()
     app.state.group_commit = GroupCommit(lambda: app.state.pool)
+    app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
     for router in (health.router, operations.router, agents.router, operator.router):
