@@ -168,12 +168,20 @@ class ObjectStore:
         self._with_retry(f"ensure bucket {self.bucket}", create)
 
     def put(self, key: str, data: bytes) -> None:
-        self._with_retry(
-            f"put {key}",
-            lambda: self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=data, ChecksumSHA256=_b64_sha256(data)
-            ),
-        )
+        def write() -> None:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=data,
+                                       ChecksumSHA256=_b64_sha256(data))
+            except ClientError as exc:
+                if not _no_such_bucket(exc):
+                    raise
+                # The first write creates the bucket, instead of a HEAD before every run: one
+                # request less per attempt, the same outcome as ensure_bucket() then put.
+                self.client.create_bucket(Bucket=self.bucket)
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=data,
+                                       ChecksumSHA256=_b64_sha256(data))
+
+        self._with_retry(f"put {key}", write)
 
     def get(self, key: str) -> bytes:
         def read() -> bytes:
@@ -187,11 +195,20 @@ class ObjectStore:
         def list_all() -> list[str]:
             keys: list[str] = []
             paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-                keys.extend(obj["Key"] for obj in page.get("Contents", []))
+            try:
+                for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                    keys.extend(obj["Key"] for obj in page.get("Contents", []))
+            except ClientError as exc:
+                if not _no_such_bucket(exc):
+                    raise
+                return []  # a bucket nobody has written to yet holds nothing (put creates it)
             return keys
 
         return self._with_retry(f"list {prefix}", list_all)
+
+
+def _no_such_bucket(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "NoSuchBucket"
 
 
 def _b64_sha256(data: bytes) -> str:
@@ -232,25 +249,33 @@ def verify_manifest(store: ObjectStore, prefix: str, manifest_name: str) -> tupl
     Returns (files, None) when complete, or ({}, reason) when the prefix is torn.
     Storage being unavailable propagates (a torn verdict must not be invented from an outage).
     """
+    _, files, reason = _read_verified(store, prefix, manifest_name)
+    return files, reason
+
+
+def _read_verified(store: ObjectStore, prefix: str, manifest_name: str,
+                   ) -> tuple[dict[str, Any], dict[str, bytes], str | None]:
+    """(manifest, files, None) when complete, else ({}, {}, reason); the manifest is read once."""
     try:
         raw = store.get(prefix + manifest_name)
     except ObjectMissing:
-        return {}, f"{manifest_name} missing"
+        return {}, {}, f"{manifest_name} missing"
     try:
         manifest = json.loads(raw)
         listed: dict[str, dict[str, Any]] = manifest["files"]
-    except (ValueError, KeyError, TypeError) as exc:
-        return {}, f"{manifest_name} unreadable: {exc}"
+        entries = sorted(listed.items())
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return {}, {}, f"{manifest_name} unreadable: {exc}"
     files: dict[str, bytes] = {}
-    for name, meta in sorted(listed.items()):
+    for name, meta in entries:
         try:
             data = store.get(prefix + name)
         except ObjectMissing:
-            return {}, f"{name} missing"
+            return {}, {}, f"{name} missing"
         if sha256_hex(data) != meta.get("sha256"):
-            return {}, f"{name} sha256 mismatch"
+            return {}, {}, f"{name} sha256 mismatch"
         files[name] = data
-    return files, None
+    return manifest, files, None
 
 
 # --- checkpoints ---------------------------------------------------------------------------
@@ -347,10 +372,9 @@ def write_artifacts(
 def verify_artifacts(store: ObjectStore, operation_id: str, attempt: int) -> tuple[dict[str, Any] | None, str | None]:
     """(completion manifest, None) when the artifacts are complete, else (None, reason)."""
     prefix = artifact_prefix(operation_id, attempt)
-    files, reason = verify_manifest(store, prefix, ARTIFACT_MANIFEST)
+    manifest, files, reason = _read_verified(store, prefix, ARTIFACT_MANIFEST)
     if reason is not None:
         return None, reason
-    manifest = json.loads(store.get(prefix + ARTIFACT_MANIFEST))
     if set(ARTIFACT_FILES) - set(files):
         return None, f"completion manifest lacks {sorted(set(ARTIFACT_FILES) - set(files))}"
     return manifest, None

@@ -127,7 +127,9 @@ class AttemptRunner(threading.Thread):
         self.observed = _Observed()
         self._outbox: list[dict[str, Any]] = []
         self._lease_deadline = time.monotonic() + claim.lease_seconds
-        self._next_heartbeat = 0.0
+        # The claim has just granted the lease: the first heartbeat is due one interval later,
+        # so an attempt shorter than that sends none (one request less per short attempt).
+        self._next_heartbeat = time.monotonic() + heartbeat_seconds
         self._pending_reason: str | None = None
 
     # --- thread body ------------------------------------------------------------------------

@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, args.seconds))
         emit("log", f"fail workload exiting with {args.exit_code} as asked")
         return args.exit_code
-    try:
-        store.ensure_bucket()
+    try:  # no ensure_bucket(): the first write creates a missing bucket (ObjectStore.put)
         if args.kind == "sleep":
             sleep(ctx, args.seconds)
         else:

@@ -51,7 +51,8 @@ class FakeApi:
 
 
 def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capacity,
-                params: dict[str, Any], spool_dir: Path, lease: float = 1.5) -> AttemptRunner:
+                params: dict[str, Any], spool_dir: Path, lease: float = 1.5,
+                heartbeat_seconds: float = 0.3) -> AttemptRunner:
     claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
                   fencing_token=1, lease_seconds=lease, project="p",
                   spec={"workload": {"kind": "train", "image": registry.trainer_image, "params": params},
@@ -62,7 +63,7 @@ def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capaci
     return AttemptRunner(
         claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
         metrics=metrics, settings=RunnerSettings(s3.endpoint, s3.bucket, tick=0.05),
-        heartbeat_seconds=0.3, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0),
+        heartbeat_seconds=heartbeat_seconds, shutdown=threading.Event(), store_factory=lambda: s3.store(deadline=1.0),
         courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
 
 
@@ -100,6 +101,23 @@ def test_success_reported_only_with_verified_artifacts(moto: S3Server, registry:
     assert "completion manifest verified" in api.reports[-1][1]
     kinds = [e["kind"] for e in api.events]
     assert kinds.count("checkpoint_written") == 2 and "artifact_written" in kinds
+
+
+def test_an_attempt_shorter_than_the_heartbeat_interval_sends_no_heartbeat(
+    moto: S3Server, registry: Registry, tmp_path: Path,
+) -> None:
+    # The claim granted the lease just now; the first heartbeat is one interval later. Then a
+    # slow one: the interval does come, and the lease is still held through heartbeats.
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 2}, tmp_path / "short",
+                         lease=30.0, heartbeat_seconds=10.0)
+    runner.run()
+    assert runner.ending is Ending.SUCCEEDED and api.heartbeats == 0
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 20, "step_delay": 0.05},
+                         tmp_path / "slow", lease=1.5, heartbeat_seconds=0.3)
+    runner.run()
+    assert runner.ending is Ending.SUCCEEDED and api.heartbeats >= 2
 
 
 def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry,

@@ -89,6 +89,28 @@ def test_artifacts_need_their_completion_manifest(moto: S3Server, operation_id: 
         storage.write_artifacts(store, operation_id, 2, {"model.npy": b"model"})
 
 
+def test_verify_reads_the_manifest_and_each_file_once(moto: S3Server, operation_id: str) -> None:
+    store = moto.store()
+    storage.write_artifacts(store, operation_id, 1, {"model.npy": b"model", "metrics.json": b"{}"})
+    reads: list[str] = []
+    original = store.get
+    store.get = lambda key: (reads.append(key), original(key))[1]  # type: ignore[method-assign]
+    manifest, reason = storage.verify_artifacts(store, operation_id, 1)
+    assert reason is None and manifest is not None and manifest["version"] == 1
+    assert sorted(k.rsplit("/", 1)[1] for k in reads) == ["COMPLETE.json", "metrics.json", "model.npy"]
+
+
+def test_a_missing_bucket_is_empty_and_created_by_the_first_write(moto: S3Server) -> None:
+    bucket = f"fresh-{time.monotonic_ns()}"
+    store = storage.ObjectStore.from_config(
+        storage.StorageConfig(endpoint_url=moto.endpoint, bucket=bucket))
+    assert store.list_prefixes("checkpoints/") == []
+    with pytest.raises(storage.ObjectMissing):  # reading still tells a missing key apart
+        store.get("artifacts/x")
+    store.put("artifacts/x", b"1")
+    assert store.get("artifacts/x") == b"1" and store.list_prefixes("artifacts/") == ["artifacts/x"]
+
+
 def test_frozen_store_bounded_by_explicit_timeouts(private_moto: S3Server) -> None:
     """SIGSTOPped endpoint: each call times out fast and the deadline turns it into an error."""
     store = private_moto.store(deadline=1.0)
