@@ -143,6 +143,8 @@ class AttemptReport(FencedRequest):
     reason: str = Field(default="", max_length=1000)
     error: ErrorInfo | None = None
     result: dict[str, Any] | None = None
+    # recorded before the state changes, in its transaction: saves an events request per attempt
+    events: list[AgentEvent] = Field(default_factory=list, max_length=200)
 
 
 class RouteOverride(Strict):

@@ -115,10 +115,13 @@ class AgentApi:
         self._post(f"/v1/agents/{agent_id}/events", {"attempt_id": attempt_id, "events": events})
 
     def report(self, attempt_id: str, fencing_token: int, state: str, reason: str,
-               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
-        self._post(f"/v1/attempts/{attempt_id}/report",
-                   {"fencing_token": fencing_token, "state": state, "reason": reason,
-                    "error": error, "result": result})
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None,
+               events: list[dict[str, Any]] | None = None) -> None:
+        body: dict[str, Any] = {"fencing_token": fencing_token, "state": state, "reason": reason,
+                                "error": error, "result": result}
+        if events:
+            body["events"] = events
+        self._post(f"/v1/attempts/{attempt_id}/report", body)
 
 
 def _detail(response: httpx.Response) -> str:

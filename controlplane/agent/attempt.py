@@ -31,7 +31,7 @@ from typing import Any
 from controlplane import defects, registry, storage
 from controlplane.agent.api import AgentApi, ApiRejected, ApiUnavailable, LeaseLost
 from controlplane.agent.capacity import Capacity, Demand
-from controlplane.agent.delivery import Courier, Delivery, coalesce_progress
+from controlplane.agent.delivery import EVENTS_PER_REQUEST, Courier, Delivery, coalesce_progress
 from controlplane.agent.metrics import AgentMetrics
 from controlplane.agent.spool import ClaimKey
 from controlplane.runtimes.base import (
@@ -178,7 +178,8 @@ class AttemptRunner(threading.Thread):
         result = self._supervise()
         if result is None:
             return self.ending or Ending.SHUTDOWN
-        self._forward_events()
+        # Read, not sent: the last events go inside the final report.
+        self._observe(self.handle.drain_events())
         if result.outcome is Outcome.SUCCEEDED:
             return self._report_success(pinned)
         self._final_report("failed", result.reason, transient=result.transient)
@@ -228,6 +229,9 @@ class AttemptRunner(threading.Thread):
     def _supervise(self) -> RunResult | None:
         assert self.handle is not None
         while True:
+            result = self.handle.result()
+            if result is not None:  # events not sent yet go with the final report
+                return result
             self._forward_events()
             self._note_pending_reason()
             now = time.monotonic()
@@ -241,9 +245,6 @@ class AttemptRunner(threading.Thread):
             if self.shutdown.is_set():
                 self.ending = Ending.SHUTDOWN
                 return None
-            result = self.handle.result()
-            if result is not None:
-                return result
             time.sleep(self.settings.tick)
 
     def _heartbeat(self) -> None:
@@ -358,25 +359,52 @@ class AttemptRunner(threading.Thread):
         error = None
         if state == "failed":
             error = {"kind": "transient" if transient else "deterministic", "message": reason}
-        while True:
-            # Events first: once the attempt is terminal the control plane refuses them.
-            if self._events_before_report() is Delivery.MORE:
-                self._keep_lease_while_draining()
-                continue
-            try:
-                self.api.report(self.claim.attempt_id, self.claim.fencing_token, state, reason,
-                                error=error, result=result)
-                return
-            except ApiUnavailable as exc:
-                self.metrics.api_errors.labels("report", "unavailable").inc()
-                log.warning("attempt %s: report not delivered yet: %s", self.claim.attempt_id, exc)
-            except ApiRejected as exc:
-                self.metrics.api_errors.labels("report", "rejected").inc()
-                log.error("attempt %s: report rejected: %s", self.claim.attempt_id, exc)
-                return
-            if time.monotonic() >= self._lease_deadline:
-                raise LeaseLost("lease expired before the final report got through")
-            time.sleep(max(self.settings.tick, 0.5))
+        # The last events ride inside the report (recorded in its transaction, before the state
+        # changes); older spooled ones go first through the courier, as the control plane
+        # refuses events once the attempt is terminal.
+        carried: list[dict[str, Any]] | None = None
+        try:
+            while True:
+                if carried is None:
+                    carried = self._take_report_events()
+                    if carried is None:
+                        if self._events_before_report() is Delivery.MORE:
+                            self._keep_lease_while_draining()
+                            continue
+                        carried = []
+                try:
+                    self.api.report(self.claim.attempt_id, self.claim.fencing_token, state, reason,
+                                    error=error, result=result, events=carried)
+                    carried = []
+                    return
+                except ApiUnavailable as exc:
+                    # Sent again as is: a report that was committed but whose answer was lost
+                    # is answered as a duplicate, so its events are recorded once either way.
+                    self.metrics.api_errors.labels("report", "unavailable").inc()
+                    log.warning("attempt %s: report not delivered yet: %s", self.claim.attempt_id, exc)
+                except ApiRejected as exc:
+                    self.metrics.api_errors.labels("report", "rejected").inc()
+                    log.error("attempt %s: report rejected: %s", self.claim.attempt_id, exc)
+                    return
+                if time.monotonic() >= self._lease_deadline:
+                    raise LeaseLost("lease expired before the final report got through")
+                time.sleep(max(self.settings.tick, 0.5))
+        finally:
+            if carried:  # not delivered: back to the outbox, spooled when the thread ends
+                self._outbox = carried + self._outbox
+
+    def _take_report_events(self) -> list[dict[str, Any]] | None:
+        """The attempt's last events to send inside its final report, or None when they must
+        go through the courier first (older ones are spooled, or too many for one request)."""
+        if self.handle is not None:
+            self._observe(self.handle.drain_events())
+        if self.courier.spool.has_pending(self.claim.attempt_id):
+            return None
+        batch = coalesce_progress(self._outbox)
+        if len(batch) > EVENTS_PER_REQUEST:
+            return None
+        self._outbox = []
+        return batch
 
     def _events_before_report(self) -> Delivery:
         try:

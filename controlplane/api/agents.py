@@ -15,6 +15,7 @@ from controlplane import db, metrics
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Agent, Config, Conn, Pool, log
 from controlplane.models import (
+    AgentEvent,
     AgentEvents,
     AgentRegistration,
     AttemptEvents,
@@ -123,12 +124,16 @@ async def attempt_events(attempt_id: str, body: AttemptEvents, p: Agent, c: Conn
             [e.model_dump(mode="json") for e in body.events], f"agent:{x_agent_name}")
     except StaleReport as exc:
         return await _stale(c, exc, attempt_id, x_agent_name)
-    for e in body.events:
+    _count_artifact_writes(body.events)
+    return {"recorded": n}
+
+
+def _count_artifact_writes(events: list[AgentEvent]) -> None:
+    for e in events:
         if e.kind in ("checkpoint_written", "artifact_written"):
             metrics.ARTIFACT_WRITES.labels("ok").inc()
         elif e.data.get("storage_unavailable"):
             metrics.ARTIFACT_WRITES.labels("retrying").inc()
-    return {"recorded": n}
 
 
 @router.post("/v1/attempts/{attempt_id}/report")
@@ -142,6 +147,9 @@ async def attempt_report(attempt_id: str, body: AttemptReport, p: Agent, c: Conn
                                        retry_base=settings.retry_base_seconds)
     except StaleReport as exc:
         return await _stale(c, exc, attempt_id, x_agent_name)
+    if out.get("duplicate"):  # the same report again: counted the first time
+        return out
+    _count_artifact_writes(body.events)
     pool = out.pop("pool", "unknown")
     if body.state == "running" and out.get("scheduling_delay") is not None:
         metrics.SCHEDULING_DELAY.labels(pool).observe(out["scheduling_delay"])

@@ -171,16 +171,22 @@ async def attempt_events(conn: AsyncConnection, attempt_id: str, token: int,
                          events: list[dict[str, Any]], actor: str) -> int:
     async with conn.transaction():
         row = await _fenced_attempt(conn, attempt_id, token)
-        for ev in events:
-            await record_event(conn, row["operation_id"], attempt_id=row["id"], actor=actor,
-                               kind=ev["kind"], reason=ev.get("message", ""),
-                               data=ev.get("data") or {})
-        if any(ev["kind"] == "progress" for ev in events):
-            last = [ev for ev in events if ev["kind"] == "progress"][-1]
-            await conn.execute(
-                "UPDATE attempts SET last_progress_at = now(), progress = %s WHERE id = %s",
-                (Jsonb(last.get("data") or {}), row["id"]))
+        await _record_attempt_events(conn, row, events, actor)
     return len(events)
+
+
+async def _record_attempt_events(conn: AsyncConnection, attempt: dict[str, Any],
+                                 events: list[dict[str, Any]], actor: str) -> None:
+    """A fenced attempt's workload events, inside the caller's transaction."""
+    for ev in events:
+        await record_event(conn, attempt["operation_id"], attempt_id=attempt["id"], actor=actor,
+                           kind=ev["kind"], reason=ev.get("message", ""),
+                           data=ev.get("data") or {})
+    progress = [ev for ev in events if ev["kind"] == "progress"]
+    if progress:
+        await conn.execute(
+            "UPDATE attempts SET last_progress_at = now(), progress = %s WHERE id = %s",
+            (Jsonb(progress[-1].get("data") or {}), attempt["id"]))
 
 
 async def agent_events(conn: AsyncConnection, agent_id: str, attempt_id: str,
@@ -201,9 +207,20 @@ async def agent_events(conn: AsyncConnection, agent_id: str, attempt_id: str,
 
 async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], actor: str,
                  *, retry_base: float = 1.0) -> dict[str, Any]:
-    """Apply an agent's report. Returns ``{"operation_state": ..., "attempt_state": ...}``."""
+    """Apply an agent's report. Returns ``{"operation_state": ..., "attempt_state": ...}``.
+
+    The report's events (the attempt's last ones) are recorded first, in the same transaction:
+    they land exactly when the state does, and a retried report that finds the attempt already
+    ended is refused whole (stale), so they are never recorded twice."""
     async with conn.transaction():
-        a = await _fenced_attempt(conn, attempt_id, rep["fencing_token"])
+        try:
+            a = await _fenced_attempt(conn, attempt_id, rep["fencing_token"])
+        except StaleReport:
+            if await _already_applied(conn, attempt_id, rep):
+                return {"attempt_state": rep["state"], "duplicate": True}
+            raise
+        if rep.get("events"):
+            await _record_attempt_events(conn, a, rep["events"], actor)
         op_id = a["operation_id"]
         state = rep["state"]
         if state == "running":
@@ -234,7 +251,7 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
             return {"operation_state": "succeeded", "attempt_state": "succeeded",
                     "pool": a["pool"]}
         # failed
-        error = rep.get("error") or {"kind": "transient", "message": rep.get("reason") or "failed"}
+        error = _report_error(rep)
         await conn.execute(
             "UPDATE attempts SET state = 'failed', finished_at = now(), error = %s WHERE id = %s",
             (Jsonb(error), a["id"]))
@@ -244,6 +261,27 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
         return {"operation_state": op_state, "attempt_state": "failed", "pool": a["pool"],
                 "reason": error_reason(error["message"]),
                 "before_running": a["state"] == "dispatched"}
+
+
+def _report_error(rep: dict[str, Any]) -> dict[str, Any]:
+    return rep.get("error") or {"kind": "transient", "message": rep.get("reason") or "failed"}
+
+
+async def _already_applied(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any]) -> bool:
+    """Is this terminal report the one that ended the attempt (sent again after its answer was
+    lost)? Same token, same state and the same result or error: a reconciler's timeout or
+    another holder's report differs in at least one."""
+    if rep["state"] not in ("succeeded", "failed"):
+        return False
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT state, fencing_token, result, error FROM attempts"
+                          " WHERE id = %s::uuid", (attempt_id,))
+        row = await cur.fetchone()
+    if row is None or row["state"] != rep["state"] or row["fencing_token"] != rep["fencing_token"]:
+        return False
+    if rep["state"] == "succeeded":
+        return row["result"] == (rep.get("result") or {})
+    return row["error"] == _report_error(rep)
 
 
 def error_reason(message: str) -> str:

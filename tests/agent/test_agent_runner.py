@@ -30,6 +30,7 @@ class FakeApi:
         self.heartbeats = 0
         self.reports: list[tuple[str, str, dict[str, Any] | None]] = []
         self.events: list[dict[str, Any]] = []
+        self.report_events: list[dict[str, Any]] = []  # those that came inside a report
 
     def attempt_heartbeat(self, attempt_id: str, token: int, progress: Any) -> AttemptHeartbeat:
         self.heartbeats += 1
@@ -46,8 +47,11 @@ class FakeApi:
         self.events.extend(events)
 
     def report(self, attempt_id: str, token: int, state: str, reason: str,
-               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None,
+               events: list[dict[str, Any]] | None = None) -> None:
         self.reports.append((state, reason, error))
+        self.report_events.extend(events or [])
+        self.events.extend(events or [])
 
 
 def make_runner(api: FakeApi, s3: S3Server, registry: Registry, capacity: Capacity,
@@ -120,6 +124,39 @@ def test_an_attempt_shorter_than_the_heartbeat_interval_sends_no_heartbeat(
     assert runner.ending is Ending.SUCCEEDED and api.heartbeats >= 2
 
 
+def test_the_last_events_ride_in_the_final_report(moto: S3Server, registry: Registry,
+                                                 tmp_path: Path) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 3}, tmp_path)
+    runner.run()
+    assert runner.ending is Ending.SUCCEEDED
+    assert "artifact_written" in [e["kind"] for e in api.report_events]  # no request of its own
+    kinds = [e["kind"] for e in api.events]
+    assert kinds.count("artifact_written") == 1 and kinds.count("start_failed") == 0
+
+
+class NoTerminalReportApi(FakeApi):
+    """The control plane never takes the final report (down until the lease runs out)."""
+
+    def report(self, attempt_id: str, token: int, state: str, reason: str,
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None,
+               events: list[dict[str, Any]] | None = None) -> None:
+        if state != "running":
+            raise ApiUnavailable("connection refused")
+        super().report(attempt_id, token, state, reason, error, result, events)
+
+
+def test_events_of_an_undelivered_final_report_are_spooled_not_lost(
+    moto: S3Server, registry: Registry, tmp_path: Path,
+) -> None:
+    api = NoTerminalReportApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 3}, tmp_path, lease=1.5)
+    runner.run()
+    assert runner.ending is Ending.LEASE_LOST and api.report_events == []
+    batch = runner.courier.spool.read_batch(runner.claim.attempt_id, 200)
+    assert batch is not None and "artifact_written" in [e["kind"] for e in batch.events]
+
+
 def test_invalid_params_fail_deterministically_before_start(moto: S3Server, registry: Registry,
                                                              tmp_path: Path) -> None:
     api = FakeApi()
@@ -166,9 +203,10 @@ class OutageApi(FakeApi):
         super().send_events(attempt_id, token, events)
 
     def report(self, attempt_id: str, token: int, state: str, reason: str,
-               error: dict[str, str] | None = None, result: dict[str, Any] | None = None) -> None:
+               error: dict[str, str] | None = None, result: dict[str, Any] | None = None,
+               events: list[dict[str, Any]] | None = None) -> None:
         self._check()
-        super().report(attempt_id, token, state, reason, error, result)
+        super().report(attempt_id, token, state, reason, error, result, events)
 
 
 def test_events_survive_an_unreachable_api_in_the_spool_and_arrive_in_order(

@@ -234,3 +234,47 @@ def test_two_reconcilers_never_double_retry(cp_stack: ControlPlane, user: Api,
     assert len(rows) == 12 and lost == 12
     for _, expired, retried in rows:
         assert expired == 1 and retried == 1
+
+
+def test_final_report_carries_its_events_and_is_idempotent(user: Api, agent: Api) -> None:
+    op = user.submit(spec()).json()
+    claim = claim_one(agent, agent.register("cpu-1"))
+    assert agent.report(claim, "running").status_code == 200
+    last = [{"kind": "progress", "data": {"step": 10, "total": 10}},
+            {"kind": "artifact_written", "message": "artifacts at x", "data": {"prefix": "x"}}]
+    first = agent.report(claim, "succeeded", result={"files": 2}, events=last)
+    assert first.status_code == 200 and not first.json().get("duplicate")
+    # the answer was lost: the same report again is a duplicate, its events are not recorded twice
+    again = agent.report(claim, "succeeded", result={"files": 2}, events=last)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    events = user.events(op["id"])
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("artifact_written") == 1 and kinds.count("progress") == 1
+    # recorded before the state changed, in the same transaction
+    ended = [i for i, e in enumerate(events) if e.get("to_state") == "succeeded"]
+    assert ended == [len(events) - 1] and kinds.index("artifact_written") < ended[0]
+    assert user.attempts(op["id"])[0]["progress"] == {"step": 10, "total": 10}
+    # not the same report (another result, or another state): refused as before
+    assert agent.report(claim, "succeeded", result={"files": 3}).status_code == 409
+    assert agent.report(claim, "failed", events=last).status_code == 409
+    assert [e["kind"] for e in user.events(op["id"])].count("artifact_written") == 1
+
+
+def test_a_failed_report_repeated_is_a_duplicate_but_not_after_a_timeout(user: Api,
+                                                                        agent: Api) -> None:
+    op = user.submit(spec(max_retries=0)).json()
+    claim = claim_one(agent, agent.register("cpu-1"))
+    error = {"kind": "deterministic", "message": "bad params"}
+    assert agent.report(claim, "failed", reason="bad params", error=error).status_code == 200
+    again = agent.report(claim, "failed", reason="bad params", error=error)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert wait_state(user, op["id"], "failed")["state"] == "failed"
+    # ended by the reconciler (timeout), the agent's own failure is not "the same report"
+    op2 = user.submit(spec(timeout_seconds=1)).json()
+    claim2 = claim_one(agent, agent.register("cpu-2"))
+    agent.report(claim2, "running")
+    for _ in range(4):
+        agent.heartbeat(claim2)
+        time.sleep(0.5)
+    wait_state(user, op2["id"], "failed")
+    assert agent.report(claim2, "failed", reason="x", error=error).status_code == 409
