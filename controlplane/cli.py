@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 
 import click
@@ -33,12 +34,36 @@ def group() -> None:
 
 @group.command()
 @dsn_option
-def migrate(dsn: str | None) -> None:
+@click.option("--agent-token-env", "token_envs", multiple=True, metavar="NAME",
+              help="Also register the agent token held in environment variable NAME "
+              "(idempotent; repeatable). From the environment, never argv: argv is visible "
+              "to every process on the node.")
+def migrate(dsn: str | None, token_envs: tuple[str, ...]) -> None:
     """Apply the schema migrations (idempotent; replicas may run it at once)."""
-    from controlplane.db import migrate as run_migrate
+    import psycopg
 
+    from controlplane.db import migrate as run_migrate
+    from controlplane.store.auth import seed as run_seed
+
+    tokens = []
+    for name in token_envs:
+        value = os.environ.get(name, "")
+        if not value:
+            raise click.ClickException(f"--agent-token-env {name}: the variable is unset or empty")
+        if len(value) < 16:  # checked before migrating: a refused token changes nothing
+            raise click.ClickException(f"--agent-token-env {name}: token too short (at least "
+                                       "16 characters)")
+        tokens.append(value)
     head = run_migrate(resolve_dsn(dsn))
     click.echo(f"schema at revision {head}")
+    if tokens:
+        with psycopg.connect(resolve_dsn(dsn)) as conn:
+            try:
+                # queues: [] so no queue is touched (seed's default would reset "default").
+                run_seed(conn, {"queues": [], "agent_tokens": tokens})
+            except ValueError as exc:
+                raise click.ClickException(f"--agent-token-env: {exc}") from exc
+        click.echo(f"{len(tokens)} agent token(s) registered")
 
 
 @group.command()
