@@ -44,7 +44,11 @@ class LazyGroup(click.Group):
                 raise click.ClickException(
                     f"subcommand {cmd_name!r} is not available: module {module_name} is missing"
                 ) from exc
-            raise
+            # The slim control-plane image installs only the core dependencies.
+            raise click.ClickException(
+                f"subcommand {cmd_name!r} needs {exc.name!r}, which is not installed: install "
+                "the extras it belongs to (pip install 'mlplatform-gameday[harness,infra]', or "
+                "the `gameday` image instead of the control-plane one)") from exc
         return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
