@@ -32,7 +32,7 @@ from infra.components.network import Network
 from infra.components.nodepools import NodePool, NvidiaDevicePlugin
 from infra.components.observability import Observability
 from infra.components.registry import Registry
-from infra.config import aws_region, load_stack_config
+from infra.config import aws_region, check_default_tags, load_stack_config
 
 # --- config and objectives (all validation before any resource is declared) ----------
 cfg = load_stack_config()
@@ -47,6 +47,7 @@ api_settings = obj.derive_api_settings(objectives["api-replica-loss"], cfg.contr
 obj.check_gpu_interruptions(objectives["node-interruption-checkpoint"], cfg.node_pools.gpu)
 
 naming = Naming(pulumi.get_project(), pulumi.get_stack(), env.value, cfg.owner, cfg.cost_center)
+check_default_tags(naming.tags())
 p = naming.prefix
 account_id = aws.get_caller_identity_output().account_id
 
@@ -136,11 +137,12 @@ control_plane = ControlPlane(
 )
 observability = Observability(
     f"{p}-obs", naming, objectives.rules, cfg.control_plane.namespace,
+    ["reconciler", *(f"agent-{pool}" for pool in cfg.control_plane.agents)],
     cfg.observability.install_prometheus_stack, database.identifier,
     obj.derive_alarm_window(objectives["db-primary-loss"].rto_seconds),
     cfg.database.allocated_storage_gb, artifacts.bucket_name,
     obj.derive_alarm_window(objectives["artifact-store-unavailable"].rto_seconds),
-    artifact_settings.replicate, key.arn, cfg.observability.alarm_email,
+    artifacts.replica_bucket_name, key.arn, cfg.observability.alarm_email,
     opts=pulumi.ResourceOptions(providers={"kubernetes": cluster.provider}, depends_on=[control_plane]),
 )
 

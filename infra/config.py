@@ -18,6 +18,8 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra.deployability import LOG_RETENTION_DAYS
+
 PROJECT = "mlplatform"
 
 # Keys of the form "<project>:<key>" that this program reads; anything else under the
@@ -61,7 +63,15 @@ class NetworkConfig(_Model):
     availability_zones: list[str] = Field(min_length=2, max_length=3)
     # "perAz" survives the loss of one AZ's NAT; "single" is a cost trade-off for dev.
     nat_gateways: Literal["single", "perAz"] = "perAz"
-    flow_log_retention_days: int = Field(default=30, ge=1, le=3653)
+    flow_log_retention_days: int = 30
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention_cloudwatch_accepts(cls, days: int) -> int:
+        if days not in LOG_RETENTION_DAYS:
+            raise ValueError(f"{days} is not a retention CloudWatch Logs accepts; one of "
+                             f"{sorted(LOG_RETENTION_DAYS)}")
+        return days
 
     @model_validator(mode="after")
     def _distinct_zones(self) -> NetworkConfig:
@@ -149,13 +159,23 @@ class ArtifactsConfig(_Model):
 
 class DatabaseConfig(_Model):
     instance_class: Annotated[str, Field(pattern=r"^db\.[a-z0-9]+\.[a-z0-9]+$")]
-    engine_version: Annotated[str, Field(pattern=r"^1[5-7](\.\d+)?$")] = "16.4"
+    engine_version: str = "16"
     allocated_storage_gb: int = Field(default=50, ge=20)
     max_allocated_storage_gb: int = Field(default=200, ge=20)
     # None = derive from the db-primary-loss objective; an explicit value is checked against it.
     multi_az: bool | None = None
     backup_retention_days: int | None = Field(default=None, ge=0, le=35)
     deletion_protection: bool | None = None
+
+    @field_validator("engine_version")
+    @classmethod
+    def _major_only(cls, version: str) -> str:
+        # Minor upgrades are automatic (auto_minor_version_upgrade): a pinned minor would show
+        # as a downgrade in every preview after AWS applies one.
+        if not re.fullmatch(r"1[5-7]", version):
+            raise ValueError(f"{version!r}: give the major version only (15, 16 or 17); minor "
+                             "versions are upgraded automatically")
+        return version
 
     @model_validator(mode="after")
     def _storage(self) -> DatabaseConfig:
@@ -307,6 +327,9 @@ class GameDayConfig(_Model):
     # prod game days are refused unless explicitly allowed (passed on as --allow-prod).
     allow_prod: bool = False
     active_deadline_seconds: int = Field(default=3600, ge=300, le=86400)
+    # The harness image (Dockerfile target `gameday`): the control-plane image is slim and
+    # cannot run `gameday gate`. Required when enabled.
+    image: ImageConfig | None = None
 
     @field_validator("schedule")
     @classmethod
@@ -323,6 +346,9 @@ class GameDayConfig(_Model):
         if self.enabled and self.schedule is None:
             raise ValueError("schedule is required when enabled is true (5-field cron, "
                              "e.g. '0 6 * * 2')")
+        if self.enabled and self.image is None:
+            raise ValueError("image is required when enabled is true: the harness image "
+                             "(`docker build --target gameday`), not the slim control-plane one")
         return self
 
 
@@ -423,6 +449,23 @@ def load_stack_config() -> StackConfig:
         else:
             raw[name] = value
     return parse_stack_config(raw, source=f"Pulumi.{pulumi.get_stack()}.yaml")
+
+
+def check_default_tags(expected: Mapping[str, str]) -> None:
+    """``aws:defaultTags`` must carry the stack's tags: the AWS provider then tags what other
+    components create inside (pulumi-eks's OIDC provider, launch templates, security groups),
+    which the program cannot tag itself. Refused when missing or when it disagrees."""
+    raw = pulumi.Config("aws").get_object("defaultTags")
+    tags = (raw or {}).get("tags") if isinstance(raw, Mapping) else None
+    if not isinstance(tags, Mapping):
+        raise ConfigError("aws:defaultTags.tags is not set in the stack config: set it to "
+                          f"{dict(expected)} so resources other components create are tagged")
+    wrong = {k: (tags.get(k), v) for k, v in expected.items() if tags.get(k) != v}
+    if wrong:
+        detail = "; ".join(f"aws:defaultTags.tags.{k} is {have!r}, expected {want!r}"
+                           for k, (have, want) in sorted(wrong.items()))
+        raise ConfigError(f"{detail} (from mlplatform:owner/costCenter/environment, the "
+                          "project and the stack)")
 
 
 def aws_region() -> str:

@@ -199,12 +199,26 @@ def is_taggable(resource_type: str) -> bool:
     return "tags" in inspect.signature(cls._internal_init).parameters
 
 
+def provider_default_tags(args: ResourceValidationArgs) -> dict[str, Any]:
+    """The ``defaultTags`` of the resource's AWS provider: the provider adds them on create,
+    so children of other components (pulumi-eks) carry them without a ``tags`` input."""
+    props = getattr(getattr(args, "provider", None), "props", None) or {}
+    default = props.get("defaultTags") or {}
+    if isinstance(default, str):  # default providers get their config JSON-encoded
+        try:
+            default = json.loads(default)
+        except ValueError:
+            return {}
+    tags = default.get("tags") if isinstance(default, Mapping) else None
+    return dict(tags) if isinstance(tags, Mapping) else {}
+
+
 def _tags(args: ResourceValidationArgs, report: Report) -> None:
     taggable = is_taggable(args.resource_type) or args.resource_type in (
         "eks:index:Cluster", "eks:index:ManagedNodeGroup")
     if not taggable:
         return
-    tags = args.props.get("tags") or {}
+    tags = {**provider_default_tags(args), **(args.props.get("tags") or {})}
     missing = [t for t in REQUIRED_TAGS if not tags.get(t)]
     if missing:
         report(f"missing required tags {missing}", None)

@@ -121,7 +121,9 @@ class ArtifactStore(pulumi.ComponentResource):
     ) -> None:
         region = settings.replica_region
         assert region is not None
-        provider = aws.Provider(f"{name}-{region}", region=region, opts=child(self))
+        provider = aws.Provider(f"{name}-{region}", region=region,
+                                default_tags=aws.ProviderDefaultTagsArgs(tags=naming.tags()),
+                                opts=child(self))
         replica_key = DataKey(f"{name}-replica", naming, region, account_id,
                               opts=child(self, providers={"aws": provider}))
         replica = _SecureBucket(f"{name}-replica", naming, replica_key.arn, cfg,

@@ -11,6 +11,11 @@ import pulumi
 TYPE_PREFIX = "mlplatform:infra"
 REQUIRED_TAGS = ("owner", "environment", "project", "cost-center")
 POOL_LABEL = "platform.gameday/pool"
+# kube-prometheus-stack, installed by Observability as a Helm release with this exact name:
+# its Prometheus Service is "<release>-prometheus" in MONITORING_NAMESPACE, port 9090.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+MONITORING_NAMESPACE = "monitoring"
+PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-prometheus.{MONITORING_NAMESPACE}.svc:9090"
 ACCELERATOR_LABEL = "platform.gameday/accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
 

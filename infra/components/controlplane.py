@@ -22,7 +22,10 @@ from infra.objectives import ApiSettings
 API_PORT = 8080
 METRICS_PORT = 9090
 DB_SECRET = "controlplane-db"  # key "dsn", synced from the RDS-managed secret
-AGENT_TOKEN_SECRET = "controlplane-agent-token"  # key "token", created by the operator (docs/infra.md)
+AGENT_TOKEN_SECRET = "controlplane-agent-token"  # key "token", generated in-cluster (External Secrets)
+ESO_NAMESPACE = "external-secrets"
+AGENT_TOKEN_ENV = {"name": "AGENT_TOKEN",
+                   "valueFrom": {"secretKeyRef": {"name": AGENT_TOKEN_SECRET, "key": "token"}}}
 RUN_AS = 10001  # matches the Dockerfile's non-root user
 ESO_CHART_VERSION = "0.10.7"
 PRIORITY = {"controlplane": 1_000_000, "workload-high": 10_000, "workload": 1_000}
@@ -88,8 +91,8 @@ class ControlPlane(pulumi.ComponentResource):
         cp_ns = self._namespace(cfg.namespace, "controlplane", pss="restricted")
         self._cp_opts = child(self, depends_on=[cp_ns])
         self._service_accounts()
-        db_secret = self._database_secret()
-        migrate = self._migrate_job(depends_on=[db_secret])
+        db_secret, agent_token = self._secrets()
+        migrate = self._migrate_job(depends_on=[db_secret, agent_token])
         deps = [migrate]
         self._deployment("api", inputs.api.replicas,
                          ["controlplane", "api", "--host", "0.0.0.0", "--port", str(API_PORT)],
@@ -179,20 +182,59 @@ class ControlPlane(pulumi.ComponentResource):
                 opts=self._cp_opts,
             )
 
-    def _database_secret(self) -> pulumi.Resource:
-        """DSN secret synced by External Secrets from the RDS-managed master secret, so the
-        password is never in Pulumi state and follows RDS rotation."""
-        ns = self.namespace
+    def _secrets(self) -> tuple[pulumi.Resource, pulumi.Resource]:
+        """External Secrets, then the two Secrets the pods need: the database DSN and the
+        agent token. Neither value is ever in Pulumi state."""
+        # Helm v4 Chart installs templates only: the namespace is the program's to create.
+        eso_ns = k8s.core.v1.Namespace(
+            f"{self._name}-ns-{ESO_NAMESPACE}",
+            metadata=_meta(ESO_NAMESPACE, None, self._naming.labels("external-secrets")),
+            opts=child(self))
         chart = k8s.helm.v4.Chart(
             f"{self._name}-external-secrets",
             chart="external-secrets",
             version=ESO_CHART_VERSION,
-            namespace="external-secrets",
+            namespace=ESO_NAMESPACE,
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo="https://charts.external-secrets.io"),
             values={"installCRDs": True, "nodeSelector": {POOL_LABEL: "system"},
                     "tolerations": control_plane_pod_placement()["tolerations"]},
-            opts=child(self),
+            opts=child(self, depends_on=[eso_ns]),
         )
+        return self._database_secret(chart), self._agent_token(chart)
+
+    def _agent_token(self, chart: pulumi.Resource) -> pulumi.Resource:
+        """The agents' token, generated once in the cluster by External Secrets' Password
+        generator (refreshInterval 0: never regenerated); the migrate Job registers it with
+        the control plane (`controlplane migrate --agent-token-env`)."""
+        ns, labels = self.namespace, self._naming.labels("external-secrets")
+        generator = k8s.apiextensions.CustomResource(
+            f"{self._name}-agent-token-generator",
+            api_version="generators.external-secrets.io/v1alpha1",
+            kind="Password",
+            metadata=_meta(AGENT_TOKEN_SECRET, ns, labels),
+            spec={"length": 48, "digits": 12, "symbols": 0, "noUpper": False, "allowRepeat": True},
+            opts=child(self, depends_on=[chart, *self._cp_opts.depends_on]),  # type: ignore[list-item]
+        )
+        return k8s.apiextensions.CustomResource(
+            f"{self._name}-agent-token",
+            api_version="external-secrets.io/v1beta1",
+            kind="ExternalSecret",
+            metadata=_meta(AGENT_TOKEN_SECRET, ns, labels),
+            spec={
+                "refreshInterval": "0",
+                "target": {"name": AGENT_TOKEN_SECRET, "creationPolicy": "Owner",
+                           "template": {"data": {"token": "{{ .password }}"}}},
+                "dataFrom": [{"sourceRef": {"generatorRef": {
+                    "apiVersion": "generators.external-secrets.io/v1alpha1", "kind": "Password",
+                    "name": AGENT_TOKEN_SECRET}}}],
+            },
+            opts=child(self, depends_on=[generator]),
+        )
+
+    def _database_secret(self, chart: pulumi.Resource) -> pulumi.Resource:
+        """DSN secret synced by External Secrets from the RDS-managed master secret, so the
+        password is never in Pulumi state and follows RDS rotation."""
+        ns = self.namespace
         store = k8s.apiextensions.CustomResource(
             f"{self._name}-secret-store",
             api_version="external-secrets.io/v1beta1",
@@ -259,8 +301,10 @@ class ControlPlane(pulumi.ComponentResource):
         """Schema migrations run once per image before any replica starts (idempotent)."""
         ref = self._in.cfg.image.digest or self._in.cfg.image.tag or ""
         suffix = ref.removeprefix("sha256:")[:12].lower().replace(".", "-").replace("_", "-")
-        container = self._container("migrate", ["controlplane", "migrate"], None,
+        container = self._container("migrate", ["controlplane", "migrate", "--agent-token-env",
+                                                "AGENT_TOKEN"], None,
                                     {"cpu": "100m", "memory": "256Mi"}, probes=False)
+        container["env"].append(AGENT_TOKEN_ENV)  # the token migrate registers
         spec = self._pod_spec("migrate", [container], automount=False)
         spec["restartPolicy"] = "Never"
         return k8s.batch.v1.Job(
@@ -312,8 +356,7 @@ class ControlPlane(pulumi.ComponentResource):
 
     def _agent_env(self, pool: str) -> list[dict[str, Any]]:
         return [
-            {"name": "AGENT_TOKEN",
-             "valueFrom": {"secretKeyRef": {"name": AGENT_TOKEN_SECRET, "key": "token"}}},
+            AGENT_TOKEN_ENV,
             # Read by the kubernetes runtime: where Jobs go and which nodes they select.
             {"name": "AGENT_K8S_NAMESPACE", "value": self.workload_namespaces[0]},
             {"name": "AGENT_K8S_POOL_LABEL", "value": f"{POOL_LABEL}={pool}"},

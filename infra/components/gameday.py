@@ -28,7 +28,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cloud.lock import LEASE_NAME
-from infra.components.common import TYPE_PREFIX, Naming, child
+from infra.components.common import PROMETHEUS_URL, TYPE_PREFIX, Naming, child
 from infra.config import ConfigError, GameDayConfig
 
 SERVICE_ACCOUNT = "gameday"
@@ -42,9 +42,6 @@ FREEZE_FILE = Path(__file__).resolve().parents[2] / "chaos" / "freeze-windows.ya
 # The API Service ControlPlane declares (controlplane.py: "controlplane-api", API_PORT); not
 # imported from there because controlplane.py imports this module.
 API_SERVICE, API_PORT = "controlplane-api", 8080
-# kube-prometheus-stack's Prometheus Service with the chart's default release name; the
-# Observability component installs it when observability.installPrometheusStack is on.
-PROMETHEUS_URL = "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
 # Credentials of the runner, as env vars from Secrets (never in the ConfigMap; the target file
 # names the variables: infra/cloud/env.py). (env var, secret, key)
 DB_SECRET, AGENT_TOKEN_SECRET = "controlplane-db", "controlplane-agent-token"
@@ -233,6 +230,8 @@ class GameDaySchedule(pulumi.ComponentResource):
 
         container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
                                      {"cpu": "500m", "memory": "1Gi"}, probes=False)
+        assert cfg.image is not None  # GameDayConfig requires it when enabled
+        container["image"] = cfg.image.reference  # the harness image; it carries the workload too
         self.target_json = _target(inputs, naming.project, naming.stack, container["image"])
         target = k8s.core.v1.ConfigMap(
             f"{name}-target",

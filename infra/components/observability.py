@@ -9,11 +9,22 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.components.common import POOL_LABEL, TYPE_PREFIX, Naming, child
+from infra.components.common import (
+    MONITORING_NAMESPACE,
+    POOL_LABEL,
+    PROMETHEUS_RELEASE,
+    TYPE_PREFIX,
+    Naming,
+    child,
+)
 from infra.objectives import AlarmWindow
 
 PROMETHEUS_STACK_VERSION = "75.15.1"
-RULE_LABEL = {"release": "kube-prometheus-stack"}  # the operator's default ruleSelector
+# Prometheus loads rules and monitors with this label: set explicitly as its selectors below,
+# not left to the chart's default (which follows the release name).
+RULE_LABEL = {"release": PROMETHEUS_RELEASE}
+# Container/Service port name that serves /metrics on every control-plane pod (controlplane.py).
+METRICS_PORT_NAME = "http"
 
 
 class Observability(pulumi.ComponentResource):
@@ -26,13 +37,14 @@ class Observability(pulumi.ComponentResource):
         naming: Naming,
         rules: dict[str, Any],
         namespace: str,
+        scraped_components: list[str],
         install_prometheus_stack: bool,
         db_identifier: str,
         db_window: AlarmWindow,
         allocated_storage_gb: int,
         bucket_name: pulumi.Input[str],
         artifacts_window: AlarmWindow,
-        replication: bool,
+        replica_bucket_name: pulumi.Input[str] | None,
         kms_key_arn: pulumi.Input[str],
         alarm_email: str | None,
         opts: pulumi.ResourceOptions | None = None,
@@ -40,17 +52,7 @@ class Observability(pulumi.ComponentResource):
         super().__init__(f"{TYPE_PREFIX}:Observability", name, None, opts)
         depends: list[pulumi.Resource] = []
         if install_prometheus_stack:
-            depends.append(k8s.helm.v4.Chart(
-                f"{name}-prometheus-stack",
-                chart="kube-prometheus-stack",
-                version=PROMETHEUS_STACK_VERSION,
-                namespace="monitoring",
-                repository_opts=k8s.helm.v4.RepositoryOptsArgs(
-                    repo="https://prometheus-community.github.io/helm-charts"),
-                values={"prometheus": {"prometheusSpec": {"nodeSelector": {POOL_LABEL: "system"},
-                        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}]}}},
-                opts=child(self),
-            ))
+            depends.append(self._prometheus_stack(name, naming))
         k8s.apiextensions.CustomResource(
             f"{name}-slo-rules",
             api_version="monitoring.coreos.com/v1",
@@ -60,6 +62,7 @@ class Observability(pulumi.ComponentResource):
             spec={"groups": rules["groups"]},
             opts=child(self, depends_on=depends),
         )
+        self._scrape_control_plane(name, naming, namespace, scraped_components, depends)
 
         topic = aws.sns.Topic(f"{name}-alarms", kms_master_key_id=kms_key_arn,
                               tags=naming.tags(f"{name}-alarms"), opts=child(self))
@@ -77,9 +80,12 @@ class Observability(pulumi.ComponentResource):
              db_window, "Maximum"),
             ("s3-5xx", "AWS/S3", "5xxErrors", s3, "GreaterThanThreshold", 0, artifacts_window, "Sum"),
         ]
-        if replication:
+        if replica_bucket_name is not None:
+            # Replication metrics are published per source, destination and rule: an alarm
+            # without all three matches no datapoint.
             specs.append(("s3-replication-failed", "AWS/S3", "OperationsFailedReplication",
-                          {"SourceBucket": bucket_name, "RuleId": "all-objects"}, "GreaterThanThreshold",
+                          {"SourceBucket": bucket_name, "DestinationBucket": replica_bucket_name,
+                           "RuleId": "all-objects"}, "GreaterThanThreshold",
                           0, artifacts_window, "Sum"))
         alarms: list[aws.cloudwatch.MetricAlarm] = []
         for key, ns, metric, dims, op, threshold, window, stat in specs:
@@ -108,3 +114,62 @@ class Observability(pulumi.ComponentResource):
         self.alarm_topic_arn = topic.arn
         self.fis_stop_alarm_arn = stop.arn
         self.register_outputs({"alarm_topic_arn": topic.arn, "fis_stop_alarm_arn": stop.arn})
+
+    def _prometheus_stack(self, name: str, naming: Naming) -> pulumi.Resource:
+        """kube-prometheus-stack as a Helm *release*: its operator's admission certificate is
+        made by pre-install hook Jobs, which helm.v4.Chart never runs. Named exactly
+        PROMETHEUS_RELEASE, so the Service is what PROMETHEUS_URL says."""
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns-{MONITORING_NAMESPACE}",
+            metadata={"name": MONITORING_NAMESPACE, "labels": naming.labels("monitoring")},
+            opts=child(self))
+        selector = {"matchLabels": RULE_LABEL}
+        return k8s.helm.v3.Release(
+            f"{name}-prometheus-stack",
+            name=PROMETHEUS_RELEASE,
+            chart="kube-prometheus-stack",
+            version=PROMETHEUS_STACK_VERSION,
+            namespace=MONITORING_NAMESPACE,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(
+                repo="https://prometheus-community.github.io/helm-charts"),
+            values={"prometheus": {"prometheusSpec": {
+                "nodeSelector": {POOL_LABEL: "system"},
+                "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                "ruleSelector": selector, "serviceMonitorSelector": selector,
+                "podMonitorSelector": selector,
+                # {} = every namespace: the monitors live in the control plane's namespace
+                "ruleNamespaceSelector": {}, "serviceMonitorNamespaceSelector": {},
+                "podMonitorNamespaceSelector": {}}}},
+            opts=child(self, depends_on=[ns]),
+        )
+
+    def _scrape_control_plane(self, name: str, naming: Naming, namespace: str,
+                              pod_components: list[str], depends: list[pulumi.Resource]) -> None:
+        """The API through its Service, the reconciler and agents through their pods (they
+        have no Service): without these the SLO rules have no input."""
+        k8s.apiextensions.CustomResource(
+            f"{name}-api-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata={"name": "controlplane-api", "namespace": namespace,
+                      "labels": {**naming.labels("api-monitor"), **RULE_LABEL}},
+            spec={"selector": {"matchLabels": {"app.kubernetes.io/component": "api",
+                                               "app.kubernetes.io/part-of": naming.project}},
+                  "endpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics",
+                                 "interval": "15s"}]},
+            opts=child(self, depends_on=depends),
+        )
+        k8s.apiextensions.CustomResource(
+            f"{name}-pod-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata={"name": "controlplane", "namespace": namespace,
+                      "labels": {**naming.labels("pod-monitor"), **RULE_LABEL}},
+            spec={"selector": {"matchLabels": {"app.kubernetes.io/name": "controlplane"},
+                               "matchExpressions": [{"key": "app.kubernetes.io/component",
+                                                     "operator": "In",
+                                                     "values": pod_components}]},
+                  "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics",
+                                           "interval": "15s"}]},
+            opts=child(self, depends_on=depends),
+        )

@@ -83,6 +83,7 @@ class Resource:
     type: str
     name: str
     props: dict[str, Any]
+    id: str = ""
 
     @property
     def parent_types(self) -> list[str]:
@@ -191,7 +192,7 @@ def _run(stack: str, patch: dict[str, Any] | None) -> Run:
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
     resources = [
         Resource(urn=reg.urn, type=reg.urn.split("::")[2].split("$")[-1], name=reg.urn.split("::")[3],
-                 props=dict(reg.state))
+                 props=dict(reg.state), id=reg.id or "")
         for reg in monitor.get_registered_resources().values()
     ]
     return Run(stack=stack, resources=resources)

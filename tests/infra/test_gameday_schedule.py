@@ -30,6 +30,7 @@ CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 BINDINGS = ("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
             "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
 PROD_GAMEDAY = {"mlplatform:gameDay": {"enabled": True, "schedule": "30 2 * * sat",
+                                       "image": {"repository": "r/gameday", "tag": "1.0"},
                                        "timeZone": "Europe/Berlin", "suite": "full",
                                        "allowProd": True, "activeDeadlineSeconds": 7200},
                 "mlplatform:controlPlane": {"workloadNamespaces": [
@@ -81,7 +82,8 @@ def test_staging_cronjob_runs_gameday_gate_weekly_without_overlap(runs: dict[str
     pod = _pod(run)
     assert pod["serviceAccountName"] == "gameday" and pod["restartPolicy"] == "Never"
     (c,) = pod["containers"]
-    assert c["image"] == "123456789012.dkr.ecr.eu-west-1.amazonaws.com/mlplatform-staging/controlplane:0.1.0"
+    # the harness image (Dockerfile target `gameday`), not the slim control-plane image
+    assert c["image"] == "123456789012.dkr.ecr.eu-west-1.amazonaws.com/mlplatform-staging/gameday:0.1.0"
     assert c["command"] == ["gameday"]
     assert c["args"] == ["gate", "--env", "staging", "--suite", "core",
                          "--target", "/etc/gameday/target.json", "--runs-dir", "/runs",
@@ -321,7 +323,8 @@ def test_placement_policy_covers_the_cronjob(runs: dict[str, Run], mutation: Any
 
 # -- config validation --------------------------------------------------------------------------------
 def test_prod_enabled_without_allow_prod_is_refused() -> None:
-    msg = _error("prod", {"mlplatform:gameDay": {"enabled": True, "schedule": "0 6 * * 2"}})
+    msg = _error("prod", {"mlplatform:gameDay": {"enabled": True, "schedule": "0 6 * * 2",
+                                                 "image": {"repository": "r/g", "tag": "1"}}})
     assert "Pulumi.prod.yaml" in msg
     assert "mlplatform:gameDay.allowProd: must be true to schedule game days in prod" in msg
 
@@ -342,6 +345,8 @@ def test_other_game_day_keys_are_checked() -> None:
     assert "mlplatform:gameDay.shedule: unknown key" in _error(
         "dev", {"mlplatform:gameDay": {"enabled": True, "shedule": "0 6 * * 2"}})
     assert "schedule is required when enabled is true" in _error("dev", {"mlplatform:gameDay": {"enabled": True}})
+    assert "image is required when enabled is true" in _error(
+        "dev", {"mlplatform:gameDay": {"enabled": True, "schedule": "0 6 * * 2"}})
     assert "mlplatform:gameDay.activeDeadlineSeconds" in _error(
         "staging", {"mlplatform:gameDay": {"activeDeadlineSeconds": 10}})
 

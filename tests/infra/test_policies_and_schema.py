@@ -28,7 +28,7 @@ from tests.infra.harness import Resource, Run
 OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 K8S_VERSION = "1.33.0"  # the cluster's pinned kubernetesVersion
 # CRDs have no schema in kubernetes-validate; they are checked structurally below instead.
-CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io")
+CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io", "generators.external-secrets.io")
 
 
 def violations(resources: list[Resource]) -> list[str]:
