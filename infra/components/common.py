@@ -13,6 +13,9 @@ REQUIRED_TAGS = ("owner", "environment", "project", "cost-center")
 POOL_LABEL = "platform.gameday/pool"
 ACCELERATOR_LABEL = "platform.gameday/accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Tag Karpenter discovers node subnets and security groups by; its value is the cluster
+# name, which is ``Naming.prefix`` (infra/components/cluster.py).
+DISCOVERY_TAG = "karpenter.sh/discovery"
 
 
 @dataclass(frozen=True)
