@@ -35,7 +35,7 @@ from infra.config import CapacityType, GpuNodePoolConfig, NodePoolConfig
 
 CHART = "oci://public.ecr.aws/karpenter/karpenter"
 # 1.5 is the first Karpenter release supporting Kubernetes 1.33 (the stacks' version).
-CHART_VERSION = "1.5.0"
+CHART_VERSION = "1.5.4"  # last 1.5 patch (supports Kubernetes 1.29-1.33)
 NAMESPACE = "karpenter"
 SERVICE_ACCOUNT = "karpenter"
 
@@ -118,8 +118,10 @@ def controller_statements(
     queue_arn: pulumi.Input[str], node_role_arns: list[pulumi.Input[str]],
     instance_profile_arns: list[pulumi.Input[str]], kms_key_arn: pulumi.Input[str],
 ) -> list[dict[str, Any]]:
-    """Karpenter's documented controller policy (v1 ``cloudformation.yaml``) minus the
-    instance-profile write actions (profiles are created here, not by the controller)."""
+    """Karpenter's documented controller policy (the v1.5 getting-started ``cloudformation.yaml``)
+    minus the instance-profile write actions (profiles are created here, not by the controller)
+    and the ``imagebuilder/*`` SSM read (AMIs are chosen by alias), plus EBS grants on the data
+    key."""
     ec2 = pulumi.Output.concat("arn:aws:ec2:", region, ":*:")
     owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
              "aws:RequestTag/eks:eks-cluster-name": cluster_name}
@@ -128,9 +130,10 @@ def controller_statements(
     return [
         {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow",
          "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
-         "Resource": [pulumi.Output.concat(ec2, r) for r in
-                      ("image/*", "snapshot/*", "security-group/*", "subnet/*",
-                       "capacity-reservation/*")]},
+         # AMIs and snapshots carry no account in their ARN.
+         "Resource": [f"arn:aws:ec2:{region}::image/*", f"arn:aws:ec2:{region}::snapshot/*",
+                      *(pulumi.Output.concat(ec2, r) for r in
+                        ("security-group/*", "subnet/*", "capacity-reservation/*"))]},
         {"Sid": "AllowScopedEC2LaunchTemplateAccessActions", "Effect": "Allow",
          "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
          "Resource": [pulumi.Output.concat(ec2, "launch-template/*")],
@@ -139,7 +142,7 @@ def controller_statements(
              "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
         {"Sid": "AllowScopedEC2InstanceActionsWithTags", "Effect": "Allow",
          "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
-         "Resource": [pulumi.Output.concat(ec2, r) for r in launched],
+         "Resource": [pulumi.Output.concat(ec2, r) for r in (*launched, "capacity-reservation/*")],
          "Condition": {"StringEquals": owned,
                        "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}},
         {"Sid": "AllowScopedResourceCreationTagging", "Effect": "Allow",
