@@ -266,21 +266,24 @@ def _mutated(run: Run, type_: str, fn: Callable[[dict[str, Any]], None], name: s
     return Run(run.stack, out)
 
 
-def _gpu_template(p: dict[str, Any]) -> dict[str, Any]:
+def _template(p: dict[str, Any]) -> dict[str, Any]:
     assert p["metadata"]["name"] in ("cpu", "gpu")
     return p["spec"]["template"]
 
 
 MUTATIONS: list[tuple[str, str, str, Callable[[dict[str, Any]], None], str]] = [
     # (check, type, resource name contains, mutation, expected words in a problem)
-    ("nodepools", NODEPOOL, "gpu-nodepool", lambda p: _gpu_template(p)["spec"].update(taints=[]),
+    ("nodepools", NODEPOOL, "gpu-nodepool", lambda p: _template(p)["spec"].update(taints=[]),
      "taint missing"),
     ("nodepools", NODEPOOL, "gpu-nodepool",
-     lambda p: _gpu_template(p)["metadata"]["labels"].update({"platform.gameday/pool": "gpus"}), "selects"),
+     lambda p: _template(p)["metadata"]["labels"].update({"platform.gameday/pool": "gpus"}), "selects"),
     ("nodepools", NODEPOOL, "cpu-nodepool",
-     lambda p: _gpu_template(p)["spec"].update(taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
+     lambda p: _template(p)["spec"].update(taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
      "do not tolerate"),
     ("nodepools", NODEPOOL, "gpu-nodepool", lambda p: p["spec"]["limits"].pop("nvidia.com/gpu"), "limit"),
+    ("nodepools", NODEPOOL, "cpu-nodepool",  # staging's cpu pool is ON_DEMAND
+     lambda p: _template(p)["spec"]["requirements"][1].update(values=["spot", "on-demand"]),
+     "spot allowed although"),
     ("nodepools", NODEPOOL, "gpu-nodepool",
      lambda p: p["spec"]["disruption"].update(consolidationPolicy="WhenEmptyOrUnderutilized"), "consolidation"),
     ("nodeclasses", NODECLASS, "cpu-nodeclass",
@@ -324,3 +327,8 @@ def test_unknown_instance_type_is_refused_naming_the_field() -> None:
 def test_accelerators_per_node_must_match_the_instance_type() -> None:
     with pytest.raises(ConfigError, match=r"nodePools\.gpu\.acceleratorsPerNode is 8"):
         run_program("dev", {"mlplatform:nodePools": {"gpu": {"acceleratorsPerNode": 8}}})
+
+
+def test_a_minimum_on_a_karpenter_pool_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"cpu\.minSize/desiredSize must be 0 or unset"):
+        run_program("dev", {"mlplatform:nodePools": {"cpu": {"minSize": 1}}})
