@@ -21,6 +21,7 @@ import pulumi_aws as aws
 from infra import objectives as obj
 from infra import slo_source
 from infra.components.artifacts import ArtifactStore
+from infra.components.autoscaling import Karpenter
 from infra.components.cluster import Cluster
 from infra.components.common import Naming
 from infra.components.controlplane import ControlPlane, ControlPlaneInputs
@@ -29,7 +30,7 @@ from infra.components.encryption import DataKey
 from infra.components.gameday import WORKLOAD_POOLS
 from infra.components.identity import WorkloadIdentity, game_day_identity
 from infra.components.network import Network
-from infra.components.nodepools import NodePool, NvidiaDevicePlugin
+from infra.components.nodepools import NodePool, NvidiaDevicePlugin, pool_labels
 from infra.components.observability import Observability
 from infra.components.registry import Registry
 from infra.config import aws_region, check_default_tags, load_stack_config
@@ -59,10 +60,10 @@ cluster = Cluster(
     f"{p}-cluster", cfg.cluster, naming, network.vpc_id, network.public_subnet_ids,
     network.private_subnet_ids, key.arn, list(pools), deletion_protection=env.protected,
 )
+# Only `system` is a managed node group; cpu and gpu are Karpenter NodePools (below).
 node_pools = {
-    name: NodePool(f"{p}-pool-{name}", name, pool_cfg, naming, cluster.cluster,
-                   cluster.node_roles[name], network.private_subnet_ids)
-    for name, pool_cfg in pools.items()
+    "system": NodePool(f"{p}-pool-system", "system", cfg.node_pools.system, naming,
+                       cluster.cluster, cluster.node_roles["system"], network.private_subnet_ids)
 }
 registry = Registry(f"{p}-ecr", cfg.registry, naming, key.arn)
 artifacts = ArtifactStore(f"{p}-artifacts", cfg.artifacts, artifact_settings, naming, key.arn, account_id)
@@ -120,10 +121,17 @@ if cfg.game_day.enabled:  # the scheduled game day's own role (docs/scheduling.m
     ).role_arn
 
 # --- Kubernetes -------------------------------------------------------------------------
+# Autoscaling: Karpenter (on the system pool) gives pending cpu/gpu pods a node.
+karpenter = Karpenter(
+    f"{p}-karpenter", naming, region, account_id, cluster.cluster, cluster.name,
+    cluster.oidc_provider_arn, cluster.oidc_provider_url, cluster.security_group_id, pools,
+    cluster.node_roles, cfg.network.availability_zones, key.arn, cluster.provider,
+    opts=pulumi.ResourceOptions(depends_on=[node_pools["system"]]),
+)
 k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": cluster.provider},
-                                  depends_on=list(node_pools.values()))
+                                  depends_on=[*node_pools.values(), karpenter])
 if cfg.node_pools.gpu.needs_device_plugin:
-    NvidiaDevicePlugin(f"{p}-nvidia", naming, node_pools["gpu"].labels, opts=k8s_opts)
+    NvidiaDevicePlugin(f"{p}-nvidia", naming, pool_labels("gpu", cfg.node_pools.gpu), opts=k8s_opts)
 control_plane = ControlPlane(
     f"{p}-cp",
     ControlPlaneInputs(
@@ -157,3 +165,4 @@ pulumi.export("repositories", {k: r.repository_url for k, r in registry.reposito
 pulumi.export("controlPlaneNamespace", control_plane.namespace)
 pulumi.export("fisStopConditionAlarmArn", observability.fis_stop_alarm_arn)
 pulumi.export("alarmTopicArn", observability.alarm_topic_arn)
+pulumi.export("karpenterInterruptionQueue", karpenter.queue_name)

@@ -140,6 +140,12 @@ class NodePoolsConfig(_Model):
             raise ValueError("system.capacityType must be ON_DEMAND: the control plane never runs on spot")
         if self.system.min_size < 2:
             raise ValueError("system.minSize must be >= 2 so the control plane survives a node loss")
+        # cpu/gpu are Karpenter NodePools (infra/components/autoscaling.py): they have no
+        # minimum, so a non-zero minSize/desiredSize would be silently ignored.
+        for name, pool in (("cpu", self.cpu), ("gpu", self.gpu)):
+            if pool.min_size or pool.desired_size:
+                raise ValueError(f"{name}.minSize/desiredSize must be 0 or unset: the {name} pool is "
+                                 "a Karpenter NodePool that scales from zero on demand")
         return self
 
 

@@ -18,6 +18,9 @@ MONITORING_NAMESPACE = "monitoring"
 PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-prometheus.{MONITORING_NAMESPACE}.svc:9090"
 ACCELERATOR_LABEL = "platform.gameday/accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Tag Karpenter discovers node subnets and security groups by; its value is the cluster
+# name, which is ``Naming.prefix`` (infra/components/cluster.py).
+DISCOVERY_TAG = "karpenter.sh/discovery"
 
 
 @dataclass(frozen=True)

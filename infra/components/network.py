@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import DISCOVERY_TAG, TYPE_PREFIX, Naming, child, policy_output
 from infra.config import NetworkConfig
 
 
@@ -114,7 +114,11 @@ class Network(pulumi.ComponentResource):
                 vpc_id=vpc.id,
                 cidr_block=plan.private,
                 availability_zone=az,
-                tags=naming.tags(f"{name}-private-{az}", **{"kubernetes.io/role/internal-elb": "1"}),
+                tags=naming.tags(f"{name}-private-{az}", **{
+                    "kubernetes.io/role/internal-elb": "1",
+                    # Karpenter launches workload nodes into the private subnets only.
+                    DISCOVERY_TAG: naming.prefix,
+                }),
                 opts=child(self),
             )
             rt = aws.ec2.RouteTable(

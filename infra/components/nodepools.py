@@ -1,4 +1,9 @@
-"""Managed node groups (system / cpu / gpu) and the NVIDIA device plugin where needed."""
+"""The ``system`` managed node group, the node labels/taints every pool carries, and the
+NVIDIA device plugin where needed.
+
+Only ``system`` is a managed node group (it hosts Karpenter itself); the ``cpu`` and ``gpu``
+pools are Karpenter NodePools (``infra/components/autoscaling.py``) with the same labels and
+taints, so selectors written against ``pool_labels`` work on either."""
 
 from __future__ import annotations
 
@@ -55,7 +60,6 @@ class NodePool(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}:NodePool", name, None, opts)
-        is_gpu = isinstance(cfg, GpuNodePoolConfig)
         self.labels = pool_labels(pool, cfg)
         ami_type = cfg.ami_type if isinstance(cfg, GpuNodePoolConfig) else "AL2023_x86_64_STANDARD"
         eks.ManagedNodeGroup(
@@ -73,17 +77,14 @@ class NodePool(pulumi.ComponentResource):
                 max_size=cfg.max_size,
                 desired_size=cfg.desired_size if cfg.desired_size is not None else cfg.min_size,
             ),
-            # The cluster autoscaler owns desired size after creation.
+            # Nothing autoscales a managed node group here (Karpenter manages only the cpu/gpu
+            # NodePools): desired size is min (or desiredSize) at creation and later manual
+            # changes are not reverted; resize through minSize/maxSize.
             ignore_scaling_changes=True,
             labels=self.labels,
             taints=[aws.eks.NodeGroupTaintArgs(**t) for t in pool_taints(pool, cfg)],
             enable_imd_sv2=True,
-            tags=naming.tags(naming.name(pool), **{
-                "platform.gameday/pool": pool,
-                # Lets the cluster autoscaler scale a GPU pool up from zero.
-                **({f"k8s.io/cluster-autoscaler/node-template/label/{ACCELERATOR_LABEL}":
-                    cfg.accelerator_type} if is_gpu else {}),
-            }),
+            tags=naming.tags(naming.name(pool), **{"platform.gameday/pool": pool}),
             opts=child(self),
         )
         self.register_outputs({"labels": self.labels})

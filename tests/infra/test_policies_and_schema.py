@@ -28,7 +28,9 @@ from tests.infra.harness import Resource, Run
 OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 K8S_VERSION = "1.33.0"  # the cluster's pinned kubernetesVersion
 # CRDs have no schema in kubernetes-validate; they are checked structurally below instead.
-CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io", "generators.external-secrets.io")
+CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io", "generators.external-secrets.io",
+              "karpenter.sh", "karpenter.k8s.aws")
+CLUSTER_SCOPED_CRD_GROUPS = ("karpenter.sh", "karpenter.k8s.aws")  # NodePool, EC2NodeClass
 
 
 def violations(resources: list[Resource]) -> list[str]:
@@ -67,8 +69,9 @@ def _mutate(run: Run, type_: str, fn: Any, name: str = "") -> list[Resource]:
      lambda p: p.update(blockPublicPolicy=False), "blockPublicPolicy"),
     ("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
      lambda p: p["rules"][0]["applyServerSideEncryptionByDefault"].update(sseAlgorithm="AES256"), "aws:kms"),
-    ("eks:index:ManagedNodeGroup", lambda p: p.update(taints=[]) if p["labels"].get(
-        "platform.gameday/pool") == "gpu" else None, "nvidia.com/gpu NoSchedule taint"),
+    # The GPU pool is a Karpenter NodePool now (its taint: tests/infra/test_autoscaling.py);
+    # the node-group policy still guards the one managed node group, system.
+    ("eks:index:ManagedNodeGroup", lambda p: p.update(capacityType="SPOT"), "must be ON_DEMAND"),
     ("eks:index:ManagedNodeGroup", lambda p: p.update(capacityType="SPOT") if p["labels"].get(
         "platform.gameday/pool") == "system" else None, "never SPOT"),
     ("kubernetes:apps/v1:Deployment", lambda p: p["spec"]["template"]["spec"]["tolerations"].append(
@@ -126,7 +129,9 @@ def test_every_kubernetes_object_validates_against_pinned_schema(
         kinds.add(doc["kind"])
         if doc["apiVersion"].split("/")[0] in CRD_GROUPS:
             # Structural check of the custom resources we declare.
-            assert doc["metadata"]["name"] and doc["metadata"]["namespace"] and doc["spec"]
+            group = doc["apiVersion"].split("/")[0]
+            assert doc["metadata"]["name"] and doc["spec"]
+            assert ("namespace" in doc["metadata"]) == (group not in CLUSTER_SCOPED_CRD_GROUPS)
             if doc["kind"] == "PrometheusRule":
                 for group in doc["spec"]["groups"]:
                     assert group["name"] and group["rules"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.infra.harness import Run, real_rules_available
+from tests.infra.harness import Run, real_rules_available, stack_config
 
 RDS = "aws:rds/instance:Instance"
 MNG = "eks:index:ManagedNodeGroup"
@@ -36,20 +36,24 @@ def test_network_zones_nat_endpoints_flow_logs(runs: dict[str, Run]) -> None:
 
 
 def test_node_pools(runs: dict[str, Run]) -> None:
+    # Only `system` is a managed node group; cpu/gpu are Karpenter NodePools, checked in
+    # tests/infra/test_autoscaling.py (labels, taints, scale to zero, spot where allowed).
     for stack, run in runs.items():
         pools = {r.props["labels"]["platform.gameday/pool"]: r.props for r in run.of_type(MNG)}
-        assert set(pools) == {"system", "cpu", "gpu"}
+        assert set(pools) == {"system"}
         assert pools["system"]["capacityType"] == "ON_DEMAND"
-        gpu = pools["gpu"]
-        assert gpu["scalingConfig"]["minSize"] == 0
-        assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in gpu["taints"]
-        assert gpu["amiType"] in ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA")
-        assert gpu["labels"]["platform.gameday/accelerator"].startswith("nvidia-")
-        assert gpu["capacityType"] == ("ON_DEMAND" if stack == "prod" else "SPOT")
+        gpu = next(r.props for r in run.of_type("kubernetes:karpenter.sh/v1:NodePool")
+                   if r.props["metadata"]["name"] == "gpu")["spec"]
+        assert "minSize" not in json.dumps(gpu) and "replicas" not in gpu  # scale to zero
+        ami = stack_config(stack)["mlplatform:nodePools"]["gpu"]["amiType"]
+        assert gpu["template"]["metadata"]["labels"]["platform.gameday/accelerator"].startswith("nvidia-")
+        capacity = next(r["values"] for r in gpu["template"]["spec"]["requirements"]
+                        if r["key"] == "karpenter.sh/capacity-type")
+        assert capacity == (["on-demand"] if stack == "prod" else ["spot", "on-demand"])
         # Device plugin only where the AMI lacks it (staging runs Bottlerocket).
         plugins = [r for r in run.of_type("kubernetes:apps/v1:DaemonSet")
                    if r.props["metadata"]["name"] == "nvidia-device-plugin"]
-        assert len(plugins) == (0 if gpu["amiType"].startswith("BOTTLEROCKET") else 1)
+        assert len(plugins) == (0 if ami.startswith("BOTTLEROCKET") else 1)
 
 
 def test_registries_immutable_scanned_kms_with_lifecycle(runs: dict[str, Run]) -> None:
