@@ -14,6 +14,7 @@ Each check is a pure function of the declared resources and returns findings (em
 * ``required``: per bucket a public-access block and default encryption; EKS secrets
   encryption; the GPU taint tolerated by the NVIDIA device plugin; an autoscaler wherever
   capacity must come from one;
+* ``node-tags``: owner / cost-center tags reach every node and its volumes;
 * ``retention``: CloudWatch log retention is a value CloudWatch accepts;
 * ``alarms``: each alarm carries exactly the dimensions its metric is published with.
 
@@ -25,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from infra.components.common import REQUIRED_TAGS
 
 
 class Declared(Protocol):
@@ -384,6 +387,36 @@ def _needs_autoscaler(resources: list[Declared]) -> bool:
     return False
 
 
+def check_node_tags(resources: list[Declared],
+                    required: Iterable[str] = REQUIRED_TAGS) -> list[Finding]:
+    """The tags that attribute spend (owner, cost center …) reach every node and its disks:
+    a managed node group through its launch template's tag specifications (the group's own
+    tags stay on the group), a Karpenter EC2NodeClass through ``spec.tags``."""
+    required = list(required)
+    templates = {r.id: r for r in resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"}
+    out = []
+    for r in resources:
+        if r.type == "eks:index:ManagedNodeGroup":
+            lt = templates.get(str((r.props.get("launchTemplate") or {}).get("id")))
+            if lt is None:
+                out.append(Finding("node-tags", r.name, "no launch template: the node group's "
+                                   "tags never reach its instances or volumes"))
+                continue
+            specs = {s.get("resourceType"): s.get("tags") or {}
+                     for s in lt.props.get("tagSpecifications") or []}
+            for kind in ("instance", "volume"):
+                missing = [t for t in required if not specs.get(kind, {}).get(t)]
+                if missing:
+                    out.append(Finding("node-tags", r.name, f"its launch template tags no "
+                                       f"{kind} with {missing}"))
+        elif r.props.get("kind") == "EC2NodeClass":
+            tags = _dig(r.props, "spec", "tags") or {}
+            missing = [t for t in required if not tags.get(t)]
+            if missing:
+                out.append(Finding("node-tags", r.name, f"EC2NodeClass tags lack {missing}"))
+    return out
+
+
 def check_retention(resources: list[Declared]) -> list[Finding]:
     out = []
     for r in resources:
@@ -423,6 +456,7 @@ CHECKS: dict[str, Callable[[list[Declared]], list[Finding]]] = {
     "selectors": check_selectors,
     "hooks": check_hooks,
     "required": check_required,
+    "node-tags": check_node_tags,
     "retention": check_retention,
     "alarms": check_alarms,
 }

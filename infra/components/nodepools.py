@@ -62,6 +62,31 @@ class NodePool(pulumi.ComponentResource):
         super().__init__(f"{TYPE_PREFIX}:NodePool", name, None, opts)
         self.labels = pool_labels(pool, cfg)
         ami_type = cfg.ami_type if isinstance(cfg, GpuNodePoolConfig) else "AL2023_x86_64_STANDARD"
+        node_tags = naming.tags(naming.name(pool), **{"platform.gameday/pool": pool})
+        # A managed node group's own tags never reach its instances or volumes; a launch
+        # template's tag specifications do (owner / cost-center on every node and disk). With
+        # a launch template, EKS takes the disk and metadata settings from it, not the group.
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            name=naming.name(f"{pool}-nodes"),
+            update_default_version=True,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required",  # IMDSv2 only
+                http_put_response_hop_limit=2),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                # The account's EBS key: the Auto Scaling service-linked role may use it
+                # without a grant in the data key's policy.
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=cfg.disk_size_gb, volume_type="gp3", encrypted="true",
+                    delete_on_termination="true"),
+            )],
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type=kind, tags=node_tags)
+                for kind in ("instance", "volume", "network-interface")],
+            tags=naming.tags(naming.name(f"{pool}-nodes")),
+            opts=child(self),
+        )
         eks.ManagedNodeGroup(
             f"{name}-mng",
             cluster=cluster,
@@ -71,7 +96,8 @@ class NodePool(pulumi.ComponentResource):
             ami_type=ami_type,
             instance_types=cfg.instance_types,
             capacity_type=cfg.capacity_type.value,
-            disk_size=cfg.disk_size_gb,
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=cfg.min_size,
                 max_size=cfg.max_size,
@@ -83,8 +109,7 @@ class NodePool(pulumi.ComponentResource):
             ignore_scaling_changes=True,
             labels=self.labels,
             taints=[aws.eks.NodeGroupTaintArgs(**t) for t in pool_taints(pool, cfg)],
-            enable_imd_sv2=True,
-            tags=naming.tags(naming.name(pool), **{"platform.gameday/pool": pool}),
+            tags=node_tags,
             opts=child(self),
         )
         self.register_outputs({"labels": self.labels})

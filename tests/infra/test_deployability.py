@@ -163,3 +163,17 @@ def test_migrate_refuses_an_unset_token_variable_before_touching_the_database() 
                                 env={"NO_SUCH_VAR_FOR_TEST": ""})
     assert result.exit_code != 0
     assert "--agent-token-env NO_SUCH_VAR_FOR_TEST: the variable is unset or empty" in result.output
+
+
+def test_nodes_whose_tags_stop_at_the_node_group_are_found(runs: dict[str, Run]) -> None:
+    base = runs["prod"].resources
+    res = _edit(base, lambda r: r.type == "eks:index:ManagedNodeGroup",
+                lambda p: p.pop("launchTemplate"))
+    assert any("never reach its instances" in m for m in _checks(res, "node-tags"))
+    res = _edit(base, lambda r: r.type == "aws:ec2/launchTemplate:LaunchTemplate",
+                lambda p: p.update({"tagSpecifications": [
+                    s for s in p["tagSpecifications"] if s["resourceType"] != "volume"]}))
+    assert any("tags no volume" in m for m in _checks(res, "node-tags"))
+    res = _edit(base, _kind("EC2NodeClass", "gpu"),
+                lambda p: p["spec"]["tags"].pop("cost-center"))
+    assert any("EC2NodeClass tags lack ['cost-center']" in m for m in _checks(res, "node-tags"))
