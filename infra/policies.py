@@ -22,7 +22,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra.components.common import GPU_RESOURCE, POOL_LABEL, REQUIRED_TAGS
+from infra.components.common import ACCELERATOR_LABEL, GPU_RESOURCE, POOL_LABEL, REQUIRED_TAGS
 
 Report = Callable[[str, Any], None]
 MANDATORY = EnforcementLevel.MANDATORY
@@ -109,6 +109,38 @@ gpu_pools_tainted_and_system_on_demand = ResourceValidationPolicy(
     description="GPU pools tainted and scale to zero; the system pool is on-demand.",
     enforcement_level=MANDATORY,
     validate=_node_groups,
+)
+
+
+def _karpenter_node_pools(args: ResourceValidationArgs, report: Report) -> None:
+    """The same rules for the pools Karpenter provisions, plus a spend limit on each."""
+    props = args.props
+    if props.get("kind") != "NodePool" or not str(props.get("apiVersion", "")).startswith("karpenter.sh/"):
+        return
+    template = (props.get("spec") or {}).get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    pool = labels.get(POOL_LABEL)
+    if pool is None:
+        report(f"NodePool has no {POOL_LABEL} label on its nodes", None)
+    spec = template.get("spec") or {}
+    tainted = any(t.get("key") == GPU_RESOURCE and t.get("effect") == "NoSchedule"
+                  for t in spec.get("taints") or [])
+    if (pool == "gpu" or ACCELERATOR_LABEL in labels) and not tainted:
+        report(f"GPU NodePool must carry the {GPU_RESOURCE} NoSchedule taint", None)
+    if pool == "system":
+        capacity = [r.get("values") for r in spec.get("requirements") or []
+                    if r.get("key") == "karpenter.sh/capacity-type"]
+        if capacity != [["on-demand"]]:
+            report("the system (control-plane) pool must be on-demand, never spot", None)
+    if not (props.get("spec") or {}).get("limits"):
+        report("NodePool has no limits: nothing bounds what it may launch", None)
+
+
+karpenter_node_pools = ResourceValidationPolicy(
+    name="karpenter-node-pools",
+    description="Karpenter NodePools: GPU pools tainted, system on-demand, every pool bounded.",
+    enforcement_level=MANDATORY,
+    validate=_karpenter_node_pools,
 )
 
 
@@ -309,6 +341,7 @@ pdb_matches_deployment = StackValidationPolicy(
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     buckets_private_versioned_encrypted,
     gpu_pools_tainted_and_system_on_demand,
+    karpenter_node_pools,
     control_plane_never_on_spot_or_gpu,
     prod_database_ha,
     required_tags,

@@ -74,6 +74,15 @@ def _mutate(run: Run, type_: str, fn: Any, name: str = "") -> list[Resource]:
     ("eks:index:ManagedNodeGroup", lambda p: p.update(capacityType="SPOT"), "must be ON_DEMAND"),
     ("eks:index:ManagedNodeGroup", lambda p: p.update(capacityType="SPOT") if p["labels"].get(
         "platform.gameday/pool") == "system" else None, "never SPOT"),
+    ("kubernetes:karpenter.sh/v1:NodePool", lambda p: p["spec"]["template"]["spec"].update(
+        taints=[]), "GPU NodePool must carry the nvidia.com/gpu NoSchedule taint"),
+    ("kubernetes:karpenter.sh/v1:NodePool", lambda p: p["spec"].pop("limits"),
+     "NodePool has no limits"),
+    ("kubernetes:karpenter.sh/v1:NodePool", lambda p: (
+        p["spec"]["template"]["metadata"]["labels"].update({"platform.gameday/pool": "system"}),
+        p["spec"]["template"]["spec"].update(requirements=[
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}])),
+     "never spot"),
     ("kubernetes:apps/v1:Deployment", lambda p: p["spec"]["template"]["spec"]["tolerations"].append(
         {"key": "nvidia.com/gpu", "operator": "Exists"}), "must not tolerate the GPU taint"),
     ("kubernetes:apps/v1:Deployment", lambda p: p["spec"]["template"]["spec"].pop("affinity"), "ON_DEMAND"),
