@@ -7,7 +7,6 @@ a copy of the rendered resources and watch the check report it."""
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ from infra.components.autoscaling import CHART, NAMESPACE
 from infra.components.instance_types import INSTANCE_TYPES
 from infra.config import ConfigError
 from tests.infra.harness import Resource, Run, run_program, stack_config
+from tests.infra.test_policies_and_schema import _mutate
 
 STACKS = ("dev", "staging", "prod")
 CHART_T = "kubernetes:helm.sh/v4:Chart"
@@ -258,14 +258,7 @@ def test_interruption_queue_is_exported(runs: dict[str, Run]) -> None:
 
 # -- mutations: break one thing in a copy, the matching check reports it ------------------------
 def _mutated(run: Run, type_: str, fn: Callable[[dict[str, Any]], None], name: str = "") -> Run:
-    out = []
-    for r in run.resources:
-        if r.type == type_ and name in r.name:
-            props = copy.deepcopy(r.props)
-            fn(props)
-            r = Resource(r.urn, r.type, r.name, props)
-        out.append(r)
-    return Run(run.stack, out)
+    return Run(run.stack, _mutate(run, type_, fn, name))
 
 
 def _template(p: dict[str, Any]) -> dict[str, Any]:
