@@ -68,6 +68,8 @@ NODEPOOL_LABEL = "karpenter.sh/nodepool"
 # The limits a withdrawn NodePool had, kept on the object too: a run whose state file was
 # lost must not mistake its own zero limits for the original ones.
 ORIGINAL_LIMITS_ANNOTATION = "gameday.platform/original-limits"
+# Explicit: some client versions pick json-patch+json for a dict body on custom objects.
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubernetesFaultError(ActivityFailed):
@@ -534,8 +536,9 @@ class KubernetesFaults:
         zero = {k: "0" for k in sorted({*(original or {}), "cpu", "memory"})}
         logger.warning("chaos withdraw_pool: NodePool %s limits %s -> %s", name, original, zero)
         self._nodepool_call(f"patch NodePool {name}", api.patch_cluster_custom_object,
-                            plural="nodepools", name=name,
-                            body=_limits_patch(zero, annotations, json.dumps(original)))
+                            plural="nodepools", name=name, _content_type=MERGE_PATCH,
+                            body=_limits_patch(zero, obj.get("spec", {}).get("limits") or {},
+                                               json.dumps(original)))
         deleted: list[str] = []
         if evict:
             claims = self._nodepool_call(
@@ -564,30 +567,21 @@ class KubernetesFaults:
                                   plural="nodepools", name=name)
         logger.warning("chaos restore_pool: NodePool %s limits back to %s", name, undo["limits"])
         self._nodepool_call(f"patch NodePool {name}", api.patch_cluster_custom_object,
-                            plural="nodepools", name=name,
+                            plural="nodepools", name=name, _content_type=MERGE_PATCH,
                             body=_limits_patch(undo["limits"],
-                                               obj.get("metadata", {}).get("annotations") or {},
-                                               None))
+                                               obj.get("spec", {}).get("limits") or {}, None))
         self.state.pop(key)
         return {"target": record["target"], **undo}
 
 
-def _limits_patch(limits: dict[str, str] | None, annotations: dict[str, str],
-                  original: str | None) -> list[dict[str, Any]]:
-    """A JSON Patch (RFC 6902) that sets ``spec.limits`` exactly (``None``: no limits) and
-    sets (``original``) or removes our annotation. JSON Patch, not a merge patch: the client
-    sends a list body as ``application/json-patch+json`` whatever its version."""
-    ops: list[dict[str, Any]] = [
-        {"op": "add", "path": "/spec/limits", "value": limits} if limits is not None
-        else {"op": "remove", "path": "/spec/limits"}]
-    path = "/metadata/annotations"
-    escaped = ORIGINAL_LIMITS_ANNOTATION.replace("~", "~0").replace("/", "~1")
-    if original is not None:
-        ops.append({"op": "add", "path": f"{path}/{escaped}", "value": original} if annotations
-                   else {"op": "add", "path": path, "value": {ORIGINAL_LIMITS_ANNOTATION: original}})
-    elif ORIGINAL_LIMITS_ANNOTATION in annotations:
-        ops.append({"op": "remove", "path": f"{path}/{escaped}"})
-    return ops
+def _limits_patch(limits: dict[str, str] | None, current: dict[str, Any],
+                  original: str | None) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386; CRDs take no strategic merge) that leaves ``spec.limits``
+    exactly ``limits`` (``None``: no limits; keys of ``current`` not in it are nulled, i.e.
+    removed) and sets (``original``) or removes our annotation."""
+    exact = None if limits is None else {**{k: None for k in current}, **limits}
+    return {"metadata": {"annotations": {ORIGINAL_LIMITS_ANNOTATION: original}},
+            "spec": {"limits": exact}}
 
 
 def _ours(pol: client.V1NetworkPolicy) -> bool:
