@@ -146,8 +146,9 @@ class CloudTarget:
                                                        if cfg.get("artifactBucket") else []))
         # Karpenter NodePools are named after their pool (infra/components/autoscaling.py);
         # managed node groups are targeted only when the description names them.
-        node_pools = _pool_map(cfg, "nodePools", {p: p for p in pools if p != SYSTEM_POOL})
         node_groups = _pool_map(cfg, "nodeGroups", {})
+        node_pools = _pool_map(cfg, "nodePools", {p: p for p in pools
+                                                  if p != SYSTEM_POOL and p not in node_groups})
         both = sorted(set(node_pools) & set(node_groups))
         if both:
             raise CloudConfigError(f"cloud target: pool(s) {both} are in both nodePools and "

@@ -65,7 +65,7 @@ def test_cloud_prod_refused_without_allow_prod_stubbed_clients(tmp_path: Path) -
     ({"nodeGroups": {"system": "mlplatform-dev-system"}}, "nodeGroups names the 'system' pool"),
     ({"nodePools": {"cpu": ""}}, "nodePools must map pool names to non-empty names"),
     ({"nodePools": ["cpu"]}, "nodePools must map pool names"),
-    ({"nodeGroups": {"cpu": "mlplatform-dev-cpu"}}, r"pool\(s\) \['cpu'\] are in both nodePools and nodeGroups"),
+    ({"nodePools": {"cpu": "cpu"}, "nodeGroups": {"cpu": "mlplatform-dev-cpu"}}, r"pool\(s\) \['cpu'\] are in both nodePools and nodeGroups"),
 ])
 def test_cloud_config_errors_name_the_key_stubbed_clients(tmp_path: Path, extra: dict[str, Any],
                                                           message: str) -> None:
@@ -78,6 +78,10 @@ def test_cloud_names_derive_from_stack_like_infra_stubbed_clients(tmp_path: Path
     # Karpenter NodePools named after the pool (autoscaling.py); no managed node group is a target.
     assert cloud.target.aws.nodepools == cloud.target.kube.node_pools == {"cpu": "cpu", "gpu": "gpu"}
     assert cloud.target.aws.nodegroups == {}
+    # An agent pool still on a managed node group is not taken for a Karpenter NodePool.
+    mixed = build(tmp_path, agentPools=["cpu", "batch"], nodeGroups={"batch": "mlplatform-dev-batch"})
+    assert (mixed.target.aws.nodepools, mixed.target.aws.nodegroups) == (
+        {"cpu": "cpu"}, {"batch": "mlplatform-dev-batch"})
     assert cloud.target.aws.deny_principal_arns == ("arn:aws:iam::*:role/mlplatform-dev-irsa-*",)
     kubeconfig = Path(cloud.target.kube.kubeconfig or "")
     assert kubeconfig.exists() and oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
