@@ -27,7 +27,7 @@ from infra.components.common import Naming
 from infra.components.controlplane import ControlPlane, ControlPlaneInputs
 from infra.components.database import Database
 from infra.components.encryption import DataKey
-from infra.components.gameday import WORKLOAD_POOLS
+from infra.components.gameday import node_pool_names
 from infra.components.identity import WorkloadIdentity, game_day_identity
 from infra.components.network import Network
 from infra.components.nodepools import NodePool, NvidiaDevicePlugin, pool_labels
@@ -117,7 +117,8 @@ if cfg.game_day.enabled:  # the scheduled game day's own role (docs/scheduling.m
         f"{p}-gameday", naming, cp_ns, cluster.oidc_provider_arn, cluster.oidc_provider_url,
         region=region, account_id=account_id, cluster_name=cluster.name,
         database_identifier=database.identifier, bucket_names=[artifacts.bucket_name],
-        node_groups=[naming.name(pool) for pool in WORKLOAD_POOLS],
+        # Karpenter NodePools of the workload pools (autoscaling.py); no managed node group.
+        node_pools=sorted(node_pool_names().values()),
     ).role_arn
 
 # --- Kubernetes -------------------------------------------------------------------------

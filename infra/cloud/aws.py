@@ -1,10 +1,17 @@
 """AWS fault primitives (boto3) for the cloud environments.
 
 Targets are what ``infra/`` creates: the RDS instance ``<project>-<stack>-controlplane``,
-the artifact bucket(s), and the EKS managed node groups ``<project>-<stack>-<pool>`` whose
-instances carry the ``eks:nodegroup-name`` tag. Changes with an inverse (bucket policy,
-node-group sizes) are written to the :class:`~infra.cloud.driver.FaultState` file before
-they are made, so a crashed run can still be rolled back.
+the artifact bucket(s), and the instances of the workload pools. Those are launched by
+Karpenter (``infra/components/autoscaling.py``) and found by the tags Karpenter v1 itself puts
+on every instance it launches (``infra/cloud/tags.py``; ``getTags`` in karpenter-provider-aws
+``pkg/cloudprovider/cloudprovider.go``): ``karpenter.sh/nodepool=<NodePool>`` plus the
+cluster's ``kubernetes.io/cluster/<cluster>=owned`` and ``eks:eks-cluster-name=<cluster>``.
+An EC2NodeClass cannot set or override these keys (Karpenter refuses them in ``spec.tags``),
+so a pool's user tags can never make an instance look like another pool's. EKS managed node
+groups (``nodeGroups`` in the target; the system pool only, which is never a fault target)
+are still found by ``eks:nodegroup-name``. Changes with an inverse (bucket policy, node-group
+sizes) are written to the :class:`~infra.cloud.driver.FaultState` file before they are made,
+so a crashed run can still be rolled back.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from chaoslib.exceptions import ActivityFailed
+
+from infra.cloud.tags import SYSTEM_POOL, karpenter_tags
 
 if TYPE_CHECKING:
     from infra.cloud.driver import FaultState
@@ -48,6 +57,7 @@ class AwsTarget:
     db_instance_id: str | None = None
     buckets: tuple[str, ...] = ()
     nodegroups: dict[str, str] = field(default_factory=dict)  # pool -> EKS node group name
+    nodepools: dict[str, str] = field(default_factory=dict)  # pool -> Karpenter NodePool name
     deny_principal_arns: tuple[str, ...] = ()  # ArnLike patterns for aws:PrincipalArn
     wait_timeout: float = 1800.0
     poll_seconds: float = 15.0
@@ -182,38 +192,61 @@ class AwsFaults:
         self.state.pop("artifact_store_unreachable")
         return {"target": "artifact-store", **record["undo"]}
 
-    # -- node groups ------------------------------------------------------------------------
+    # -- nodes: Karpenter NodePools and managed node groups ------------------------------
     def _nodegroup(self, pool: str) -> str:
+        if pool == SYSTEM_POOL:
+            raise AwsFaultError("refusing a node fault on the system pool: the control plane "
+                                "and the game day itself run there")
         try:
             return self.target.nodegroups[pool]
         except KeyError:
-            raise AwsFaultError(f"unknown pool {pool!r}; node groups: "
+            raise AwsFaultError(f"pool {pool!r} is not a managed node group; node groups: "
                                 f"{', '.join(self.target.nodegroups) or 'none'}") from None
+
+    def _owner(self, pool: str) -> tuple[str, str]:
+        """``("nodepool", name)`` or ``("nodegroup", name)``; system and unknown pools refused."""
+        if pool == SYSTEM_POOL:
+            raise AwsFaultError("refusing a node fault on the system pool: the control plane "
+                                "and the game day itself run there")
+        if pool in self.target.nodepools:
+            return "nodepool", self.target.nodepools[pool]
+        if pool in self.target.nodegroups:
+            return "nodegroup", self.target.nodegroups[pool]
+        raise AwsFaultError(f"unknown pool {pool!r}; Karpenter NodePools: "
+                            f"{', '.join(self.target.nodepools) or 'none'}; node groups: "
+                            f"{', '.join(self.target.nodegroups) or 'none'}")
+
+    def _instance_filters(self, pool: str) -> list[dict[str, Any]]:
+        kind, name = self._owner(pool)
+        cluster = self.target.cluster_name
+        tags = (karpenter_tags(cluster, name) if kind == "nodepool"
+                else {"eks:nodegroup-name": name, "eks:cluster-name": cluster})
+        return [*({"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()),
+                {"Name": "instance-state-name", "Values": ["running"]}]
 
     def pool_instances(self, pool: str) -> list[dict[str, Any]]:
         ec2 = self._client("ec2")
-        filters = [{"Name": "tag:eks:nodegroup-name", "Values": [self._nodegroup(pool)]},
-                   {"Name": "tag:eks:cluster-name", "Values": [self.target.cluster_name]},
-                   {"Name": "instance-state-name", "Values": ["running"]}]
-        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        pages = ec2.get_paginator("describe_instances").paginate(
+            Filters=self._instance_filters(pool))
         found = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
         return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]))
 
     def terminate_node(self, pool: str, instance_id: str | None = None) -> dict[str, Any]:
-        """Terminate one running instance of the pool's node group (oldest first); the
-        node group's Auto Scaling group replaces it. No inverse."""
+        """Terminate one running instance of the pool (oldest first). No inverse: for a
+        Karpenter pool, Karpenter removes the lost NodeClaim and launches a node again if
+        pods are pending; a node group's Auto Scaling group replaces it."""
+        kind, name = self._owner(pool)
         instances = [i["InstanceId"] for i in self.pool_instances(pool)]
         if not instances:
-            raise AwsFaultError(f"pool {pool!r} ({self._nodegroup(pool)}) has no running instance")
+            raise AwsFaultError(f"pool {pool!r} ({kind} {name}) has no running instance")
         if instance_id is not None and instance_id not in instances:
             raise AwsFaultError(f"{instance_id} is not a running instance of pool {pool!r}: "
                                 f"{instances}")
         victim = instance_id or instances[0]
-        logger.warning("chaos terminate_node: terminating %s of node group %s", victim,
-                       self._nodegroup(pool))
+        logger.warning("chaos terminate_node: terminating %s of %s %s", victim, kind, name)
         self._call(f"terminate {victim}", self._client("ec2").terminate_instances,
                    InstanceIds=[victim])
-        return {"target": pool, "nodegroup": self._nodegroup(pool), "instance": victim,
+        return {"target": pool, kind: name, "instance": victim,
                 "remaining": [i for i in instances if i != victim]}
 
     def _scale(self, pool: str, scaling: dict[str, int]) -> None:

@@ -13,10 +13,15 @@ primitive                                      mechanism
 ``failover_db()``                              RDS reboot with ForceFailover (AWS)
 ``artifact_store_unreachable`` / ``restore``   bucket-policy Deny for the platform roles (AWS)
 ``registry_unreachable`` / ``restore``         workload egress excludes registry CIDRs (K8s)
-``withdraw_pool`` / ``restore_pool``           cordon + drain / uncordon (K8s), or with
-                                               ``poolWithdrawal: nodegroup`` scale the EKS
-                                               node group to 0 and back (AWS)
-``terminate_node(pool)``                       terminate one EC2 instance of the node group
+``withdraw_pool`` / ``restore_pool``           Karpenter pool (``nodePools``, the default
+                                               ``nodepool`` mode): NodePool limits to 0 +
+                                               delete its NodeClaims / limits back (K8s);
+                                               ``cordon``: cordon + drain / uncordon (K8s);
+                                               ``nodegroup``: scale the EKS managed node
+                                               group to 0 and back (AWS)
+``terminate_node(pool)``                       terminate the oldest EC2 instance of the pool,
+                                               found by Karpenter's instance tags (or the
+                                               node group's) (AWS)
 ``partition_agent`` / ``heal_agent``           agent egress policy without the API pods (K8s)
 =============================================  ==============================================
 
@@ -41,6 +46,7 @@ from chaoslib.exceptions import ActivityFailed
 
 from infra.cloud.aws import AwsFaults, AwsTarget
 from infra.cloud.kubernetes import KubernetesFaults, KubeTarget
+from infra.cloud.tags import SYSTEM_POOL
 
 __all__ = [
     "ENVIRONMENTS",
@@ -53,7 +59,7 @@ __all__ = [
 
 ENVIRONMENTS = ("dev", "staging", "prod")
 DB_ALIASES = ("db-primary", "primary", "database")
-POOL_WITHDRAWAL = ("cordon", "nodegroup")
+POOL_WITHDRAWAL = ("nodepool", "cordon", "nodegroup")
 
 
 class CloudConfigError(ActivityFailed):
@@ -107,12 +113,14 @@ class CloudTarget:
     environment: str
     kube: KubeTarget
     aws: AwsTarget
-    pool_withdrawal: str = "cordon"
+    # None: ``nodepool`` for a pool Karpenter owns (nodePools), ``cordon`` otherwise.
+    pool_withdrawal: str | None = None
 
     # Keys as `pulumi stack output --json` exports them, plus what the stack does not export.
     KEYS = ("environment", "project", "stack", "region", "clusterName", "kubeconfig", "context",
             "controlPlaneNamespace", "workloadNamespaces", "agentPools", "artifactBucket",
-            "artifactBuckets", "databaseIdentifier", "nodeGroups", "denyPrincipalArns",
+            "artifactBuckets", "databaseIdentifier", "nodePools", "nodeGroups",
+            "denyPrincipalArns",
             "registryCidrs", "registryPort", "partitionAllowCidrs", "poolWithdrawal",
             "drainTimeout", "waitTimeout", "pollSeconds")
 
@@ -128,14 +136,23 @@ class CloudTarget:
             raise CloudConfigError(f"cloud target: environment {env!r} is not one of {ENVIRONMENTS}")
         if not cfg.get("region"):
             raise CloudConfigError("cloud target: region is required (e.g. eu-west-1)")
-        withdrawal = cfg.get("poolWithdrawal", "cordon")
-        if withdrawal not in POOL_WITHDRAWAL:
+        withdrawal = cfg.get("poolWithdrawal")
+        if withdrawal is not None and withdrawal not in POOL_WITHDRAWAL:
             raise CloudConfigError(f"cloud target: poolWithdrawal {withdrawal!r} is not one of "
                                    f"{POOL_WITHDRAWAL}")
         prefix = f"{cfg.get('project', 'mlplatform')}-{cfg.get('stack', env)}"
         pools = tuple(cfg.get("agentPools", ("cpu", "gpu")))
         buckets = tuple(cfg.get("artifactBuckets") or ([cfg["artifactBucket"]]
                                                        if cfg.get("artifactBucket") else []))
+        # Karpenter NodePools are named after their pool (infra/components/autoscaling.py);
+        # managed node groups are targeted only when the description names them.
+        node_groups = _pool_map(cfg, "nodeGroups", {})
+        node_pools = _pool_map(cfg, "nodePools", {p: p for p in pools
+                                                  if p != SYSTEM_POOL and p not in node_groups})
+        both = sorted(set(node_pools) & set(node_groups))
+        if both:
+            raise CloudConfigError(f"cloud target: pool(s) {both} are in both nodePools and "
+                                   "nodeGroups; a pool is either Karpenter's or a node group")
         kube = KubeTarget(
             namespace=cfg.get("controlPlaneNamespace", "mlp-controlplane"),
             workload_namespaces=tuple(cfg.get("workloadNamespaces", ("mlp-workloads",))),
@@ -145,13 +162,14 @@ class CloudTarget:
             registry_port=int(cfg.get("registryPort", 443)),
             partition_allow_cidrs=tuple(cfg.get("partitionAllowCidrs", ())),
             drain_timeout=int(cfg.get("drainTimeout", 300)),
+            node_pools=node_pools,
         )
         aws = AwsTarget(
             region=cfg["region"], cluster_name=cfg.get("clusterName", prefix),
             db_instance_id=cfg.get("databaseIdentifier", f"{prefix}-controlplane"),
             buckets=buckets,
-            nodegroups=dict(cfg.get("nodeGroups") or {p: f"{prefix}-{p}"
-                                                      for p in ("system", *pools)}),
+            nodegroups=node_groups,
+            nodepools=node_pools,
             # IRSA roles are auto-named "<prefix>-irsa-<sa>-role-<suffix>" by Pulumi.
             deny_principal_arns=tuple(cfg.get("denyPrincipalArns",
                                               (f"arn:aws:iam::*:role/{prefix}-irsa-*",))),
@@ -159,6 +177,19 @@ class CloudTarget:
             poll_seconds=float(cfg.get("pollSeconds", 15)),
         )
         return cls(environment=env, kube=kube, aws=aws, pool_withdrawal=withdrawal)
+
+
+def _pool_map(cfg: Mapping[str, Any], key: str, default: dict[str, str]) -> dict[str, str]:
+    """``nodePools`` / ``nodeGroups``: pool -> name, never the system pool."""
+    value = cfg.get(key, default)
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise CloudConfigError(f"cloud target: {key} must map pool names to non-empty names, "
+                               f"got {value!r}")
+    if SYSTEM_POOL in value:
+        raise CloudConfigError(f"cloud target: {key} names the {SYSTEM_POOL!r} pool; it runs the "
+                               "control plane and the game day and is never a node-fault target")
+    return dict(value)
 
 
 def _kubeconfig_path(value: Any, state_dir: Path | None) -> str | None:
@@ -244,13 +275,26 @@ class CloudFaults:
 
     # -- capacity / network -----------------------------------------------------------------
     def withdraw_pool(self, pool: str, mode: str | None = None) -> dict[str, Any]:
-        mode = mode or self.target.pool_withdrawal
+        karpenter = pool in self.target.aws.nodepools
+        mode = mode or self.target.pool_withdrawal or ("nodepool" if karpenter else "cordon")
         if mode not in POOL_WITHDRAWAL:
             raise CloudConfigError(f"withdraw_pool mode {mode!r} is not one of {POOL_WITHDRAWAL}")
+        known = {*self.target.aws.nodepools, *self.target.aws.nodegroups,
+                 *self.target.kube.agent_pools}
+        if pool != SYSTEM_POOL and pool not in known:  # system: the drivers refuse, by name
+            raise CloudConfigError(f"withdraw_pool: unknown pool {pool!r}; pools: {sorted(known)}")
         active = self.state.get(f"withdraw_pool:{pool}")
         if active is not None:
             return {"target": pool, "already": True, "mode": active["undo"]["mode"]}
-        return self.aws.withdraw_pool(pool) if mode == "nodegroup" else self.k8s.withdraw_pool(pool)
+        if mode == "nodepool":
+            return self.k8s.withdraw_nodepool(pool)
+        if mode == "nodegroup":
+            if karpenter:
+                raise CloudConfigError(f"withdraw_pool {pool!r}: Karpenter owns this pool "
+                                       "(nodePools); there is no node group to scale, use mode "
+                                       "nodepool")
+            return self.aws.withdraw_pool(pool)
+        return self.k8s.withdraw_pool(pool)
 
     def restore_pool(self, pool: str) -> dict[str, Any]:
         return self._undo(f"withdraw_pool:{pool}") or {"target": pool, "already": True}
@@ -287,8 +331,10 @@ class CloudFaults:
         if fault == "artifact_store_unreachable":
             return self.aws.artifact_store_restore()
         if fault == "withdraw_pool":
-            driver = self.aws if record["undo"]["mode"] == "nodegroup" else self.k8s
-            return driver.undo_withdraw(key)
+            mode = record["undo"]["mode"]
+            if mode == "nodepool":
+                return self.k8s.undo_withdraw_nodepool(key)
+            return (self.aws if mode == "nodegroup" else self.k8s).undo_withdraw(key)
         raise ActivityFailed(f"state file {self.state.path}: unknown fault {fault!r} ({key})")
 
     def restore_all(self) -> list[str]:

@@ -4,7 +4,8 @@ Targets are the objects ``infra/components/controlplane.py`` declares: Deploymen
 ``controlplane-api``, ``controlplane-reconciler`` and ``controlplane-agent-<pool>`` in the
 control-plane namespace, selected by ``app.kubernetes.io/name=controlplane`` +
 ``app.kubernetes.io/component=<component>``, and nodes labelled
-``platform.gameday/pool=<pool>`` (``infra/components/nodepools.py``).
+``platform.gameday/pool=<pool>`` (``infra/components/nodepools.py``), and the Karpenter
+NodePools of the workload pools (``infra/components/autoscaling.py``, ``karpenter.sh/v1``).
 
 Writes go through chaostoolkit-kubernetes (``chaosk8s``) where one of its actions fits;
 reads, pod labels and NetworkPolicy patches use the official client. Every change that has
@@ -20,6 +21,7 @@ the driver narrows them for the fault and puts back the exact original spec afte
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import re
@@ -59,6 +61,15 @@ API_COMPONENT = "api"
 FAULT_LABEL = "gameday.platform/fault"  # put on pods a fault isolates; our policies select it
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gameday-chaos"}
 SYSTEM_POOL = "system"
+# Karpenter v1 (infra/components/autoscaling.py): NodePools and their NodeClaims are
+# cluster-scoped; every NodeClaim carries its NodePool's name in this label.
+KARPENTER_GROUP, KARPENTER_VERSION = "karpenter.sh", "v1"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+# The limits a withdrawn NodePool had, kept on the object too: a run whose state file was
+# lost must not mistake its own zero limits for the original ones.
+ORIGINAL_LIMITS_ANNOTATION = "gameday.platform/original-limits"
+# Explicit: some client versions pick json-patch+json for a dict body on custom objects.
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubernetesFaultError(ActivityFailed):
@@ -79,6 +90,7 @@ class KubeTarget:
     registry_port: int = 443
     partition_allow_cidrs: tuple[str, ...] = ()  # egress a partitioned agent keeps (K8s API ...)
     drain_timeout: int = 300
+    node_pools: dict[str, str] = field(default_factory=dict)  # pool -> Karpenter NodePool name
 
 
 @dataclass(frozen=True)
@@ -478,6 +490,98 @@ class KubernetesFaults:
             self._chaosk8s(uncordon_node, name=node)
         self.state.pop(key)
         return {"target": record["target"], **undo, "uncordoned": back}
+
+    # -- Karpenter NodePools ----------------------------------------------------------------
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self._api())
+
+    def _nodepool(self, pool: str) -> str:
+        if pool == SYSTEM_POOL:
+            raise KubernetesFaultError("refusing to withdraw the system pool: the control "
+                                       "plane itself runs there (use kill/stop instead)")
+        try:
+            return self.target.node_pools[pool]
+        except KeyError:
+            raise KubernetesFaultError(
+                f"unknown pool {pool!r} for poolWithdrawal nodepool; Karpenter NodePools "
+                f"(nodePools): {', '.join(self.target.node_pools) or 'none'}") from None
+
+    def _nodepool_call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(group=KARPENTER_GROUP, version=KARPENTER_VERSION, **kwargs)
+        except ApiException as exc:
+            raise KubernetesFaultError(f"{what}: HTTP {exc.status} {exc.reason}") from exc
+
+    def withdraw_nodepool(self, pool: str, evict: bool = True) -> dict[str, Any]:
+        """Set the pool's NodePool ``spec.limits`` to zero (Karpenter launches nothing that
+        does not fit in the remaining limits) and, with ``evict``, delete its NodeClaims:
+        Karpenter drains each node through the eviction API (PDBs hold) and terminates the
+        instance. Consolidation alone would not do it: non-empty nodes stay. The original
+        limits are recorded first; restore puts them back and Karpenter provisions again
+        for whatever is pending."""
+        name = self._nodepool(pool)
+        key = f"withdraw_pool:{pool}"
+        if self.state.get(key) is not None:
+            return {"target": pool, "already": True}
+        api = self._custom()
+        obj = self._nodepool_call(f"get NodePool {name}", api.get_cluster_custom_object,
+                                  plural="nodepools", name=name)
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        if ORIGINAL_LIMITS_ANNOTATION in annotations:  # left by a run that lost its state
+            original = json.loads(annotations[ORIGINAL_LIMITS_ANNOTATION])
+        else:
+            original = obj.get("spec", {}).get("limits")
+        undo = {"mode": "nodepool", "pool": pool, "nodepool": name, "limits": original}
+        self.state.put(key, "withdraw_pool", pool, undo)
+        zero = {k: "0" for k in sorted({*(original or {}), "cpu", "memory"})}
+        logger.warning("chaos withdraw_pool: NodePool %s limits %s -> %s", name, original, zero)
+        self._nodepool_call(f"patch NodePool {name}", api.patch_cluster_custom_object,
+                            plural="nodepools", name=name, _content_type=MERGE_PATCH,
+                            body=_limits_patch(zero, obj.get("spec", {}).get("limits") or {},
+                                               json.dumps(original)))
+        deleted: list[str] = []
+        if evict:
+            claims = self._nodepool_call(
+                f"list NodeClaims of {name}", api.list_cluster_custom_object, plural="nodeclaims",
+                label_selector=f"{NODEPOOL_LABEL}={name}").get("items", [])
+            for claim in sorted(c["metadata"]["name"] for c in claims):
+                logger.warning("chaos withdraw_pool: deleting NodeClaim %s of %s", claim, name)
+                try:
+                    self._nodepool_call(f"delete NodeClaim {claim}",
+                                        api.delete_cluster_custom_object, plural="nodeclaims",
+                                        name=claim)
+                except KubernetesFaultError as exc:
+                    if not isinstance(exc.__cause__, ApiException) or exc.__cause__.status != 404:
+                        raise
+                deleted.append(claim)
+        return {"target": pool, **undo, "deleted_nodeclaims": deleted}
+
+    def undo_withdraw_nodepool(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        api = self._custom()
+        name = undo["nodepool"]
+        obj = self._nodepool_call(f"get NodePool {name}", api.get_cluster_custom_object,
+                                  plural="nodepools", name=name)
+        logger.warning("chaos restore_pool: NodePool %s limits back to %s", name, undo["limits"])
+        self._nodepool_call(f"patch NodePool {name}", api.patch_cluster_custom_object,
+                            plural="nodepools", name=name, _content_type=MERGE_PATCH,
+                            body=_limits_patch(undo["limits"],
+                                               obj.get("spec", {}).get("limits") or {}, None))
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
+
+def _limits_patch(limits: dict[str, str] | None, current: dict[str, Any],
+                  original: str | None) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386; CRDs take no strategic merge) that leaves ``spec.limits``
+    exactly ``limits`` (``None``: no limits; keys of ``current`` not in it are nulled, i.e.
+    removed) and sets (``original``) or removes our annotation."""
+    exact = None if limits is None else {**{k: None for k in current}, **limits}
+    return {"metadata": {"annotations": {ORIGINAL_LIMITS_ANNOTATION: original}},
+            "spec": {"limits": exact}}
 
 
 def _ours(pol: client.V1NetworkPolicy) -> bool:

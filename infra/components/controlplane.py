@@ -15,7 +15,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import GPU_RESOURCE, POOL_LABEL, TYPE_PREFIX, Naming, child
-from infra.components.gameday import WORKLOAD_POOLS, GameDayInputs, GameDaySchedule
+from infra.components.gameday import (
+    WORKLOAD_POOLS,
+    GameDayInputs,
+    GameDaySchedule,
+    node_pool_names,
+)
 from infra.config import ControlPlaneConfig, GpuNodePoolConfig, NodePoolsConfig, load_stack_config
 from infra.objectives import ApiSettings
 
@@ -136,9 +141,9 @@ class ControlPlane(pulumi.ComponentResource):
                     cfg=game_day, environment=naming.environment, namespace=cfg.namespace,
                     workload_namespaces=self.workload_namespaces, agent_pools=list(cfg.agents),
                     region=inputs.region, bucket_names=[inputs.bucket_name],
-                    # Names as database.py / cluster.py / nodepools.py declare them.
+                    # Names as database.py / cluster.py / autoscaling.py declare them.
                     database_identifier=naming.name("controlplane"), cluster_name=naming.prefix,
-                    node_groups={pool: naming.name(pool) for pool in ("system", *WORKLOAD_POOLS)},
+                    node_pools=node_pool_names(WORKLOAD_POOLS),
                     role_arn=inputs.role_arns.get("gameday"), selector=self._selector("gameday"),
                     container=self._container, pod_spec=self._pod_spec,
                 ),

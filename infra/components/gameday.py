@@ -9,7 +9,7 @@
 - least privilege: its own service account ``gameday`` with exactly the Kubernetes verbs the
   cloud fault drivers call (docs/chaos-cloud.md) plus the game-day Lease (the in-cluster lock,
   infra/cloud/lock.py), and an IRSA role scoped to this stack's RDS instance, artifact bucket
-  and workload node groups (``identity.game_day_identity``);
+  and the instances of the workload pools' Karpenter NodePools (``identity.game_day_identity``);
 - credentials (store DSN, agent token, its project's token) come from Secrets as env vars,
   never from the ConfigMap; the target file only names the variables;
 - control-plane placement: on-demand system nodes, never spot or GPU, non-root, read-only
@@ -63,6 +63,13 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 # Pools a game day may withdraw or lose a node of; the system pool runs the control plane and
 # this CronJob's own pod and is out of the role's reach.
 WORKLOAD_POOLS = ("cpu", "gpu")
+KARPENTER_GROUP = "karpenter.sh"  # NodePool / NodeClaim API group (infra/components/autoscaling.py)
+
+
+def node_pool_names(pools: tuple[str, ...] = WORKLOAD_POOLS) -> dict[str, str]:
+    """pool -> Karpenter NodePool name: autoscaling.py names each NodePool after its pool
+    (tests/infra/test_gameday_schedule.py checks it against the rendered NodePools)."""
+    return {pool: pool for pool in pools}
 
 # Kubernetes verbs the cloud drivers call (infra/cloud/kubernetes.py, chaosk8s), nothing more.
 CONTROL_PLANE_RULES: list[dict[str, Any]] = [
@@ -90,10 +97,18 @@ LEASE_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "update"]},
 ]
 CLUSTER_RULES: list[dict[str, Any]] = [
-    # withdraw_pool/restore_pool: cordon/uncordon; drain through the eviction API.
+    # withdraw_pool/restore_pool (mode cordon): cordon/uncordon; drain through the eviction API.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    # withdraw_pool/restore_pool (mode nodepool, the default): read and patch the limits of
+    # the workload pools' NodePools only (resourceNames) ...
+    {"apiGroups": [KARPENTER_GROUP], "resources": ["nodepools"],
+     "resourceNames": sorted(node_pool_names().values()), "verbs": ["get", "patch"]},
+    # ... and delete their NodeClaims, found by label. NodeClaim names are generated, so
+    # resourceNames cannot narrow this; only Karpenter pools have NodeClaims and system is a
+    # managed node group, so the system pool's nodes are out of reach.
+    {"apiGroups": [KARPENTER_GROUP], "resources": ["nodeclaims"], "verbs": ["list", "delete"]},
 ]
 
 
@@ -108,7 +123,7 @@ class GameDayInputs:
     bucket_names: list[pulumi.Input[str]]
     database_identifier: str
     cluster_name: str
-    node_groups: dict[str, str]
+    node_pools: dict[str, str]  # workload pool -> Karpenter NodePool name
     role_arn: pulumi.Input[str] | None
     selector: dict[str, str]
     # ControlPlane's builders, so this pod gets the same image, security context and placement.
@@ -168,7 +183,8 @@ def _target(inputs: GameDayInputs, project: str, stack: str, image: pulumi.Input
             "artifactBucket": buckets[0],
             "artifactBuckets": buckets,
             "databaseIdentifier": inputs.database_identifier,
-            "nodeGroups": inputs.node_groups,
+            # Karpenter owns the workload pools; the system node group is never a target.
+            "nodePools": inputs.node_pools,
         }, indent=2, sort_keys=True)
 
     return pulumi.Output.all(image, *inputs.bucket_names).apply(

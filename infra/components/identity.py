@@ -7,6 +7,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from infra.cloud.tags import NODEPOOL_TAG, karpenter_tags
 from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
 
 
@@ -54,17 +55,47 @@ class WorkloadIdentity(pulumi.ComponentResource):
 def game_day_fault_statements(
     region: str,
     account_id: pulumi.Input[str],
-    cluster_name: pulumi.Input[str],
+    cluster_name: str,
     database_identifier: pulumi.Input[str],
     bucket_names: list[pulumi.Input[str]],
-    node_groups: list[str],
+    node_pools: list[str],
+    node_groups: list[str] = (),  # type: ignore[assignment]
 ) -> list[dict[str, Any]]:
     """What the cloud fault drivers (docs/chaos-cloud.md, "AWS IAM") call, each action on
     exactly this stack's resource; no wildcard action.
 
-    ``node_groups`` are the pools a game day may withdraw or lose a node of: the workload
-    pools. The ``system`` pool (control plane and the game-day pod itself) is out of reach."""
+    ``node_pools`` (Karpenter NodePools) and ``node_groups`` (EKS managed node groups) are the
+    pools a game day may lose a node of: the workload pools. The ``system`` pool (control plane
+    and the game-day pod itself) is out of reach; without a node group there is no EKS
+    permission at all."""
+    if not node_pools and not node_groups:
+        raise ValueError("game-day node faults need at least one NodePool or node group")
     arn = pulumi.Output.concat
+    instances = [arn("arn:aws:ec2:", region, ":", account_id, ":instance/*")]
+    node_faults: list[dict[str, Any]] = [
+        # DescribeInstances has no resource-level permissions; it exposes no data.
+        {"Sid": "FindNodeInstances", "Effect": "Allow",
+         "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+    ]
+    if node_pools:
+        # The tags Karpenter itself puts on the instances it launches (infra/cloud/aws.py);
+        # a NodePool's own spec.tags cannot set these keys.
+        tags: dict[str, Any] = {**karpenter_tags(cluster_name, ""), NODEPOOL_TAG: list(node_pools)}
+        node_faults.append(
+            {"Sid": "TerminateKarpenterNodeOfThisCluster", "Effect": "Allow",
+             "Action": ["ec2:TerminateInstances"], "Resource": instances,
+             "Condition": {"StringEquals": {f"aws:ResourceTag/{k}": v for k, v in tags.items()}}})
+    if node_groups:
+        node_faults += [
+            {"Sid": "NodeGroupScaling", "Effect": "Allow",
+             "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
+             "Resource": [arn("arn:aws:eks:", region, ":", account_id, ":nodegroup/",
+                              cluster_name, "/", ng, "/*") for ng in node_groups]},
+            {"Sid": "TerminateNodeGroupNodeOfThisCluster", "Effect": "Allow",
+             "Action": ["ec2:TerminateInstances"], "Resource": instances,
+             "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name,
+                                            "aws:ResourceTag/eks:nodegroup-name": node_groups}}},
+        ]
     return [
         {"Sid": "DatabaseFailover", "Effect": "Allow",
          "Action": ["rds:DescribeDBInstances", "rds:RebootDBInstance"],
@@ -82,20 +113,7 @@ def game_day_fault_statements(
          "Action": ["s3:GetObject"],
          "Resource": [arn("arn:aws:s3:::", b, "/", prefix, "*")
                       for b in bucket_names for prefix in ("artifacts/", "checkpoints/")]},
-        {"Sid": "NodeGroupScaling", "Effect": "Allow",
-         "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
-         "Resource": [arn("arn:aws:eks:", region, ":", account_id, ":nodegroup/", cluster_name, "/", ng, "/*")
-                      for ng in node_groups]},
-        # DescribeInstances has no resource-level permissions; it exposes no data.
-        {"Sid": "FindNodeInstances", "Effect": "Allow",
-         "Action": ["ec2:DescribeInstances"], "Resource": "*"},
-        {"Sid": "TerminateNodeOfThisCluster", "Effect": "Allow",
-         "Action": ["ec2:TerminateInstances"],
-         "Resource": [arn("arn:aws:ec2:", region, ":", account_id, ":instance/*")],
-         "Condition": {"StringEquals": {
-             "aws:ResourceTag/eks:cluster-name": cluster_name,
-             "aws:ResourceTag/eks:nodegroup-name": node_groups,
-         }}},
+        *node_faults,
     ]
 
 
@@ -108,10 +126,11 @@ def game_day_identity(
     *,
     region: str,
     account_id: pulumi.Input[str],
-    cluster_name: pulumi.Input[str],
+    cluster_name: str,
     database_identifier: pulumi.Input[str],
     bucket_names: list[pulumi.Input[str]],
-    node_groups: list[str],
+    node_pools: list[str],
+    node_groups: list[str] = (),  # type: ignore[assignment]
     opts: pulumi.ResourceOptions | None = None,
 ) -> WorkloadIdentity:
     """IRSA role of the ``gameday`` service account (the scheduled game-day CronJob).
@@ -125,6 +144,6 @@ def game_day_identity(
     return WorkloadIdentity(
         name, naming, namespace, "gameday", oidc_provider_arn, oidc_provider_url,
         game_day_fault_statements(region, account_id, cluster_name, database_identifier,
-                                  bucket_names, node_groups),
+                                  bucket_names, node_pools, node_groups),
         opts=opts,
     )

@@ -1,4 +1,5 @@
-"""A hand-written fake of the CoreV1 / AppsV1 / NetworkingV1 API objects, backed by the
+"""A hand-written fake of the CoreV1 / AppsV1 / NetworkingV1 / CustomObjects (Karpenter
+``karpenter.sh/v1`` NodePools and NodeClaims only) API objects, backed by the
 recorded cluster objects in ``recorded/``. It keeps JSON dicts (as the API server would),
 answers with real ``kubernetes.client`` models and logs every write, so tests can assert
 which objects a driver touched. Only the calls the cloud drivers and chaosk8s make exist."""
@@ -17,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 RECORDED = Path(__file__).parent / "recorded" / "eks-dev-cluster.json"
+CUSTOM = ("nodepools", "nodeclaims")  # karpenter.sh/v1, cluster-scoped
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -24,7 +26,9 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+        elif isinstance(value, dict):
+            if not isinstance(target.get(key), dict):
+                target[key] = {}  # RFC 7386: a non-object target becomes {} before merging
             _merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
@@ -41,8 +45,8 @@ class FakeCluster:
         data = json.loads(recorded.read_text())
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             kind: {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
-                   for o in data[kind]}
-            for kind in ("deployments", "pods", "nodes", "networkpolicies")}
+                   for o in data.get(kind, [])}
+            for kind in ("deployments", "pods", "nodes", "networkpolicies", *CUSTOM)}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, "ns/name")
         self._ser = client.ApiClient()
 
@@ -153,11 +157,47 @@ class FakeCluster:
         self.writes.append(("replace", "networkpolicy", f"{namespace}/{name}"))
 
 
+    # -- CustomObjectsApi (karpenter.sh/v1, cluster-scoped) ----------------------------------
+    def _custom(self, group: str, version: str, plural: str) -> str:
+        if (group, version, plural) not in {("karpenter.sh", "v1", p) for p in CUSTOM}:
+            raise ApiException(status=404, reason=f"no {group}/{version} {plural} in the fake")
+        return plural
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str,
+                                  **_: Any) -> dict[str, Any]:
+        return copy.deepcopy(self._get(self._custom(group, version, plural), "", name))
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str,
+                                   label_selector: str | None = None, **_: Any) -> dict[str, Any]:
+        kind = self._custom(group, version, plural)
+        return {"items": [copy.deepcopy(o) for _, o in sorted(self.objects[kind].items())
+                          if _matches(o["metadata"].get("labels") or {}, label_selector)]}
+
+    def patch_cluster_custom_object(self, group: str, version: str, plural: str, name: str,
+                                    body: Any, **_: Any) -> dict[str, Any]:
+        kind = self._custom(group, version, plural)
+        obj = self._get(kind, "", name)
+        _merge(obj, self._body(body))  # JSON merge patch, as the driver sends
+        for key in ("annotations", "labels"):  # Go omitempty: the API never shows an empty map
+            if obj["metadata"].get(key) == {}:
+                del obj["metadata"][key]
+        self.writes.append(("patch", kind[:-1], name))
+        return copy.deepcopy(obj)
+
+    def delete_cluster_custom_object(self, group: str, version: str, plural: str, name: str,
+                                     **_: Any) -> None:
+        kind = self._custom(group, version, plural)
+        self._get(kind, "", name)
+        del self.objects[kind][("", name)]
+        self.writes.append(("delete", kind[:-1], name))
+
+
 @pytest.fixture
 def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeCluster]:
-    """Every CoreV1/AppsV1/NetworkingV1Api built by our drivers or by chaosk8s is the fake."""
+    """Every CoreV1/AppsV1/NetworkingV1/CustomObjectsApi built by our drivers or by chaosk8s
+    is the fake."""
     fake = FakeCluster()
-    for api in ("CoreV1Api", "AppsV1Api", "NetworkingV1Api"):
+    for api in ("CoreV1Api", "AppsV1Api", "NetworkingV1Api", "CustomObjectsApi"):
         monkeypatch.setattr(client, api, lambda *_a, **_k: fake)
     # No kubeconfig and not in a pod: chaosk8s builds an unused localhost ApiClient.
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))

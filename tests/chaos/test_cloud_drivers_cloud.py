@@ -32,6 +32,9 @@ STACK_OUTPUTS = {  # `pulumi stack output --json -s dev` plus the keys the stack
     "waitTimeout": 5, "pollSeconds": 0.01,
 }
 
+# A workload pool still on an EKS managed node group (make_platform creates it).
+BATCH_GROUP = {"nodeGroups": {"batch": f"{CLUSTER}-batch"}, "agentPools": ["cpu", "gpu"]}
+
 
 @pytest.fixture
 def cloud_env(fake_cluster: FakeCluster) -> Iterator[FakeCluster]:
@@ -58,6 +61,11 @@ def test_cloud_prod_refused_without_allow_prod_stubbed_clients(tmp_path: Path) -
     ({"region": ""}, "region is required"),
     ({"nodeGroup": {}}, r"unknown key\(s\) \['nodeGroup'\]"),
     ({"poolWithdrawal": "delete"}, "poolWithdrawal 'delete'"),
+    ({"nodePools": {"system": "system"}}, "nodePools names the 'system' pool"),
+    ({"nodeGroups": {"system": "mlplatform-dev-system"}}, "nodeGroups names the 'system' pool"),
+    ({"nodePools": {"cpu": ""}}, "nodePools must map pool names to non-empty names"),
+    ({"nodePools": ["cpu"]}, "nodePools must map pool names"),
+    ({"nodePools": {"cpu": "cpu"}, "nodeGroups": {"cpu": "mlplatform-dev-cpu"}}, r"pool\(s\) \['cpu'\] are in both nodePools and nodeGroups"),
 ])
 def test_cloud_config_errors_name_the_key_stubbed_clients(tmp_path: Path, extra: dict[str, Any],
                                                           message: str) -> None:
@@ -67,8 +75,13 @@ def test_cloud_config_errors_name_the_key_stubbed_clients(tmp_path: Path, extra:
 
 def test_cloud_names_derive_from_stack_like_infra_stubbed_clients(tmp_path: Path) -> None:
     cloud = build(tmp_path, kubeconfig={"apiVersion": "v1", "clusters": []})
-    assert cloud.target.aws.nodegroups == {"system": "mlplatform-dev-system",
-                                           "cpu": "mlplatform-dev-cpu", "gpu": "mlplatform-dev-gpu"}
+    # Karpenter NodePools named after the pool (autoscaling.py); no managed node group is a target.
+    assert cloud.target.aws.nodepools == cloud.target.kube.node_pools == {"cpu": "cpu", "gpu": "gpu"}
+    assert cloud.target.aws.nodegroups == {}
+    # An agent pool still on a managed node group is not taken for a Karpenter NodePool.
+    mixed = build(tmp_path, agentPools=["cpu", "batch"], nodeGroups={"batch": "mlplatform-dev-batch"})
+    assert (mixed.target.aws.nodepools, mixed.target.aws.nodegroups) == (
+        {"cpu": "cpu"}, {"batch": "mlplatform-dev-batch"})
     assert cloud.target.aws.deny_principal_arns == ("arn:aws:iam::*:role/mlplatform-dev-irsa-*",)
     kubeconfig = Path(cloud.target.kube.kubeconfig or "")
     assert kubeconfig.exists() and oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
@@ -84,29 +97,53 @@ def test_cloud_routes_db_primary_kill_to_rds_failover_stubbed_clients(
 def test_cloud_crash_then_restore_all_from_state_file_stubbed_clients(
         cloud_env: FakeCluster, tmp_path: Path) -> None:
     eks = boto3.client("eks", region_name=REGION)
-    sizes = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=f"{CLUSTER}-cpu")[
+    sizes = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=f"{CLUSTER}-batch")[
         "nodegroup"]["scalingConfig"]
     k8s_before = normalized(cloud_env)
-    first = build(tmp_path)
+    first = build(tmp_path, **BATCH_GROUP)
     first.stop("reconciler")
     first.hang("api-2")
     first.partition_agent("gpu")
     first.registry_unreachable()
     first.artifact_store_unreachable()
-    first.withdraw_pool("cpu", mode="nodegroup")
-    assert len(first.state.active()) == 6
+    first.withdraw_pool("cpu")  # Karpenter pool: mode nodepool by default
+    first.withdraw_pool("batch", mode="nodegroup")
+    assert len(first.state.active()) == 7
     del first  # the run crashes; only the state file survives
 
-    second = build(tmp_path)
+    second = build(tmp_path, **BATCH_GROUP)
     restored = second.restore_all()
     assert sorted(restored) == sorted([
         "stop:controlplane-reconciler", "hang:api-2", "partition_agent:gpu",
-        "registry_unreachable", "artifact_store_unreachable", "withdraw_pool:cpu"])
-    assert normalized(cloud_env) == k8s_before
+        "registry_unreachable", "artifact_store_unreachable", "withdraw_pool:cpu",
+        "withdraw_pool:batch"])
+    # Everything back except the deleted NodeClaims: Karpenter launches anew when pods pend.
+    after = normalized(cloud_env)
+    assert after["nodeclaims"] == {} and {**after, "nodeclaims": k8s_before["nodeclaims"]} == k8s_before
     assert policy(BUCKET) == TLS_ONLY and policy("mlplatform-dev-nopolicy") is None
-    assert eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=f"{CLUSTER}-cpu")[
+    assert eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=f"{CLUSTER}-batch")[
         "nodegroup"]["scalingConfig"] == sizes
     assert second.restore_all() == []  # idempotent
+
+
+def test_cloud_pool_withdrawal_mode_follows_who_owns_the_pool_stubbed_clients(
+        cloud_env: FakeCluster, tmp_path: Path) -> None:
+    cloud = build(tmp_path, **BATCH_GROUP)
+    assert cloud.withdraw_pool("gpu")["mode"] == "nodepool"
+    assert cloud.withdraw_pool("batch")["mode"] == "cordon"  # a node group: the old default
+    with pytest.raises(CloudConfigError, match="Karpenter owns this pool.*use mode nodepool"):
+        cloud.withdraw_pool("cpu", mode="nodegroup")
+    with pytest.raises(CloudConfigError, match="unknown pool 'tpu'"):
+        cloud.withdraw_pool("tpu")
+    with pytest.raises(Exception, match="refusing to withdraw the system pool"):
+        cloud.withdraw_pool("system")
+    with pytest.raises(Exception, match="refusing a node fault on the system pool"):
+        cloud.terminate_node("system")
+    assert sorted(cloud.state.active()) == ["withdraw_pool:batch", "withdraw_pool:gpu"]
+    assert cloud.restore_pool("gpu")["mode"] == "nodepool"
+    assert cloud.restore_pool("batch")["mode"] == "cordon"
+    # poolWithdrawal set explicitly applies to every pool.
+    assert build(tmp_path, poolWithdrawal="cordon").withdraw_pool("cpu")["mode"] == "cordon"
 
 
 def test_cloud_crash_mid_fault_is_still_rolled_back_stubbed_clients(

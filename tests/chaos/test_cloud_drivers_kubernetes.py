@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from infra.cloud.kubernetes import FAULT_LABEL, KubernetesFaultError, KubernetesFaults
+from infra.cloud.driver import FaultState
+from infra.cloud.kubernetes import (
+    FAULT_LABEL,
+    ORIGINAL_LIMITS_ANNOTATION,
+    KubernetesFaultError,
+    KubernetesFaults,
+    KubeTarget,
+)
 from tests.chaos.fake_kube import FakeCluster
 
 CP = "mlp-controlplane"
@@ -18,8 +25,9 @@ def normalized(fake: FakeCluster) -> dict[str, Any]:
     """Cluster state as the API would serve it (model round trip), for exact comparisons."""
     models = {"deployments": "V1Deployment", "pods": "V1Pod", "nodes": "V1Node",
               "networkpolicies": "V1NetworkPolicy"}
+    # Karpenter objects have no client model: the API serves them as plain JSON.
     return {kind: {key: fake._ser.sanitize_for_serialization(fake.model(obj, models[kind]))
-                   for key, obj in objs.items()}
+                   if kind in models else obj for key, obj in objs.items()}
             for kind, objs in fake.snapshot().items()}
 
 
@@ -155,6 +163,83 @@ def test_kubernetes_withdraw_empty_gpu_pool_records_nothing_to_undo_stubbed_clie
     assert kube.withdraw_pool("gpu")["cordoned"] == []
     kube.restore_pool("gpu")
     assert fake_cluster.writes == [] and kube.state.active() == {}
+
+
+@pytest.fixture
+def karpenter(fake_cluster: FakeCluster, state: FaultState) -> KubernetesFaults:
+    return KubernetesFaults(KubeTarget(agent_name_prefix="mlplatform-dev",
+                                       node_pools={"cpu": "cpu", "gpu": "gpu"}), state)
+
+
+def test_kubernetes_nodepool_withdraw_zeroes_limits_deletes_nodeclaims_and_restores_stubbed_client(
+        karpenter: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    before = normalized(fake_cluster)
+    result = karpenter.withdraw_nodepool("cpu")
+    assert result["limits"] == {"cpu": "64", "memory": "256Gi"}  # the recorded original
+    assert result["deleted_nodeclaims"] == ["cpu-7xk2p", "cpu-q9m4w"]
+    # Limits first (Karpenter must not replace what we delete), then the pool's NodeClaims.
+    assert fake_cluster.writes == [("patch", "nodepool", "cpu"), ("delete", "nodeclaim", "cpu-7xk2p"),
+                                   ("delete", "nodeclaim", "cpu-q9m4w")]
+    pool = fake_cluster.objects["nodepools"][("", "cpu")]
+    assert pool["spec"]["limits"] == {"cpu": "0", "memory": "0"}
+    assert pool["metadata"]["annotations"] == {ORIGINAL_LIMITS_ANNOTATION: '{"cpu": "64", "memory": "256Gi"}'}
+    assert pool["spec"]["disruption"] == before["nodepools"]["/cpu"]["spec"]["disruption"]
+    assert fake_cluster.objects["nodepools"][("", "gpu")] == before["nodepools"]["/gpu"]
+    assert karpenter.state.get("withdraw_pool:cpu")["undo"] == {
+        "mode": "nodepool", "pool": "cpu", "nodepool": "cpu", "limits": {"cpu": "64", "memory": "256Gi"}}
+    assert karpenter.withdraw_nodepool("cpu")["already"] is True
+    karpenter.undo_withdraw_nodepool("withdraw_pool:cpu")
+    after = normalized(fake_cluster)
+    assert after["nodepools"] == before["nodepools"]  # exact: limits back, annotation gone
+    assert after["nodeclaims"] == {}  # not recreated: Karpenter launches again for pending pods
+    assert karpenter.state.active() == {}
+    assert karpenter.undo_withdraw_nodepool("withdraw_pool:cpu") is None
+
+
+def test_kubernetes_nodepool_withdraw_gpu_zeroes_every_limit_key_stubbed_client(
+        karpenter: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    before = normalized(fake_cluster)["nodepools"]
+    assert karpenter.withdraw_nodepool("gpu", evict=False)["deleted_nodeclaims"] == []
+    pool = fake_cluster.objects["nodepools"][("", "gpu")]
+    assert pool["spec"]["limits"] == {"cpu": "0", "memory": "0", "nvidia.com/gpu": "0"}
+    assert pool["metadata"]["annotations"]["karpenter.sh/nodepool-hash"]  # theirs kept
+    karpenter.undo_withdraw_nodepool("withdraw_pool:gpu")
+    assert normalized(fake_cluster)["nodepools"] == before
+
+
+@pytest.mark.parametrize("original", [None, {"cpu": "64"}])
+def test_kubernetes_nodepool_limits_we_added_are_removed_again_stubbed_client(
+        karpenter: KubernetesFaults, fake_cluster: FakeCluster, original: dict[str, str] | None) -> None:
+    spec = fake_cluster.objects["nodepools"][("", "cpu")]["spec"]
+    spec.pop("limits")
+    if original is not None:
+        spec["limits"] = dict(original)  # the fake patches in place
+    before = normalized(fake_cluster)["nodepools"]
+    assert karpenter.withdraw_nodepool("cpu", evict=False)["limits"] == original
+    assert fake_cluster.objects["nodepools"][("", "cpu")]["spec"]["limits"] == {"cpu": "0", "memory": "0"}
+    karpenter.undo_withdraw_nodepool("withdraw_pool:cpu")
+    assert normalized(fake_cluster)["nodepools"] == before
+
+
+def test_kubernetes_nodepool_lost_state_does_not_take_zero_limits_as_original_stubbed_client(
+        karpenter: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    before = normalized(fake_cluster)["nodepools"]
+    karpenter.withdraw_nodepool("cpu", evict=False)
+    karpenter.state.path.unlink()  # state file lost; the NodePool still has zero limits
+    assert karpenter.withdraw_nodepool("cpu", evict=False)["limits"] == {"cpu": "64", "memory": "256Gi"}
+    karpenter.undo_withdraw_nodepool("withdraw_pool:cpu")
+    assert normalized(fake_cluster)["nodepools"] == before
+
+
+@pytest.mark.parametrize(("pool", "message"), [
+    ("system", "refusing to withdraw the system pool"),
+    ("tpu", "unknown pool 'tpu' for poolWithdrawal nodepool; Karpenter NodePools \\(nodePools\\): cpu, gpu"),
+])
+def test_kubernetes_nodepool_withdraw_refuses_system_and_unknown_pools_stubbed_client(
+        karpenter: KubernetesFaults, fake_cluster: FakeCluster, pool: str, message: str) -> None:
+    with pytest.raises(KubernetesFaultError, match=message):
+        karpenter.withdraw_nodepool(pool)
+    assert fake_cluster.writes == [] and karpenter.state.active() == {}
 
 
 def test_kubernetes_names_match_infra_program_stubbed_client() -> None:

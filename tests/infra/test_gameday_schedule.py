@@ -169,7 +169,15 @@ def test_rbac_is_least_privilege(runs: dict[str, Run], prod_enabled: Run, which:
                    if (kind, ns) != ("Role", "mlp-controlplane") for r in rs)
     cluster = rules[("ClusterRole", None)]
     assert cluster == CLUSTER_RULES
-    assert {res for r in cluster for res in r["resources"]} == {"nodes", "pods", "pods/eviction"}
+    assert {res for r in cluster for res in r["resources"]} == {
+        "nodes", "pods", "pods/eviction", "nodepools", "nodeclaims"}
+    # Karpenter: read and patch only the workload pools' NodePools (named as the program
+    # declares them), list and delete NodeClaims; never create, update or delete a NodePool.
+    karpenter = [r for r in cluster if r["apiGroups"] == ["karpenter.sh"]]
+    assert [(r["resources"], r.get("resourceNames"), r["verbs"]) for r in karpenter] == [
+        (["nodepools"], sorted(_nodepools(run).values()), ["get", "patch"]),
+        (["nodeclaims"], None, ["list", "delete"])]
+    assert "system" not in _nodepools(run)
     assert {v for r in cluster if r["resources"] == ["pods"] for v in r["verbs"]} <= {"get", "list"}
     assert [r["verbs"] for r in cluster if r["resources"] == ["pods/eviction"]] == [["create"]]
     assert not {"delete", "create", "deletecollection"} & {v for r in cluster if r["resources"] == ["nodes"]
@@ -205,10 +213,11 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
             service, _, name = action.partition(":")
             assert "*" not in action and service in ("rds", "s3", "eks", "ec2") and name
             by_action[action] = st
+    # No node group is a fault target any more (Karpenter owns cpu/gpu): no EKS action at all.
     assert sorted(by_action) == sorted([
         "rds:DescribeDBInstances", "rds:RebootDBInstance", "s3:GetBucketPolicy", "s3:PutBucketPolicy",
-        "s3:DeleteBucketPolicy", "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig",
-        "ec2:DescribeInstances", "ec2:TerminateInstances", "s3:ListBucket", "s3:GetObject"])
+        "s3:DeleteBucketPolicy", "ec2:DescribeInstances", "ec2:TerminateInstances", "s3:ListBucket",
+        "s3:GetObject"])
     # Every resource is one of this stack's, except DescribeInstances (no resource-level permissions).
     for action, st in by_action.items():
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
@@ -227,30 +236,70 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
         f"arn:aws:s3:::{bucket}/artifacts/*", f"arn:aws:s3:::{bucket}/checkpoints/*"]
 
 
-# Karpenter replaced the cpu/gpu managed node groups (issue 15 item 3); the game day's node
-# faults (target ConfigMap in controlplane.py, game_day_identity, infra/cloud/aws.py) still name
-# them. Strict: these start passing (and then fail as XPASS) once the faults follow Karpenter.
-NODE_FAULTS_FOLLOW_UP = pytest.mark.xfail(
-    strict=True, reason="game-day node faults still target the removed cpu/gpu managed node groups")
+def _nodepools(run: Run) -> dict[str, str]:
+    """pool -> name of the Karpenter NodePools the program declares (autoscaling.py)."""
+    return {r.props["spec"]["template"]["metadata"]["labels"]["platform.gameday/pool"]:
+            r.props["metadata"]["name"] for r in run.of_type("kubernetes:karpenter.sh/v1:NodePool")}
 
 
-@NODE_FAULTS_FOLLOW_UP
-def test_game_day_node_faults_target_existing_node_groups(runs: dict[str, Run]) -> None:
-    run = runs["staging"]
-    doc = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "gameday").props["policy"])
+def _node_fault_problems(run: Run, doc: dict[str, Any]) -> list[str]:
+    """What is wrong with the game-day policy's node faults, against the rendered program."""
     by_action = {a: st for st in doc["Statement"] for a in st["Action"]}
-    groups = {r.props["labels"]["platform.gameday/pool"]: r.props["nodeGroupName"]
-              for r in run.of_type("eks:index:ManagedNodeGroup")}
+    pools, problems = _nodepools(run), []
     cluster = run.one("eks:index:Cluster").props["name"]
-    assert by_action["eks:UpdateNodegroupConfig"]["Resource"] == [
-        f"arn:aws:eks:eu-west-1:123456789012:nodegroup/{cluster}/{groups[p]}/*" for p in ("cpu", "gpu")]
-    terminate = by_action["ec2:TerminateInstances"]
-    assert terminate["Resource"] == ["arn:aws:ec2:eu-west-1:123456789012:instance/*"]
-    assert terminate["Condition"]["StringEquals"] == {
-        "aws:ResourceTag/eks:cluster-name": cluster,
-        "aws:ResourceTag/eks:nodegroup-name": [groups["cpu"], groups["gpu"]]}
-    # The system pool (control plane, this CronJob's own pod) is out of reach.
-    assert groups["system"] not in json.dumps(doc)
+    terminate = by_action.get("ec2:TerminateInstances", {})
+    if terminate.get("Resource") != ["arn:aws:ec2:eu-west-1:123456789012:instance/*"]:
+        problems.append(f"TerminateInstances resource {terminate.get('Resource')}")
+    # The tags Karpenter puts on the instances it launches: this cluster's, these NodePools'.
+    want = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster}": "owned",
+            "aws:ResourceTag/eks:eks-cluster-name": cluster,
+            "aws:ResourceTag/karpenter.sh/nodepool": [pools["cpu"], pools["gpu"]]}
+    if terminate.get("Condition") != {"StringEquals": want}:
+        problems.append(f"TerminateInstances condition {terminate.get('Condition')} != {want}")
+    # The system pool (control plane, this CronJob's own pod) is out of reach: its node group
+    # is never named, and no EKS node-group action is granted.
+    system = [r.props["nodeGroupName"] for r in run.of_type("eks:index:ManagedNodeGroup")]
+    problems += [f"names the system node group {n}" for n in system if n in json.dumps(doc)]
+    problems += [f"grants {a}" for a in by_action if a.startswith("eks:")]
+    return problems
+
+
+def test_game_day_node_faults_target_existing_nodepools(runs: dict[str, Run]) -> None:
+    run = runs["staging"]
+    assert sorted(_nodepools(run)) == ["cpu", "gpu"]
+    doc = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "gameday").props["policy"])
+    assert _node_fault_problems(run, doc) == []
+    # Mutation: the policy before this follow-up (removed node groups, eks:nodegroup-name).
+    stale = copy.deepcopy(doc)
+    for st in stale["Statement"]:
+        if "ec2:TerminateInstances" in st["Action"]:
+            st["Condition"] = {"StringEquals": {
+                "aws:ResourceTag/eks:nodegroup-name": ["mlplatform-staging-cpu",
+                                                       "mlplatform-staging-gpu"]}}
+    stale["Statement"].append({"Effect": "Allow", "Action": ["eks:UpdateNodegroupConfig"],
+                               "Resource": ["arn:aws:eks:*:*:nodegroup/x/mlplatform-staging-system/*"]})
+    found = _node_fault_problems(run, stale)
+    assert len(found) == 3 and "grants eks:UpdateNodegroupConfig" in found, found
+
+
+def test_game_day_fault_statements_grant_eks_only_for_node_groups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulumi
+
+    from infra.components.identity import game_day_fault_statements
+
+    # Plain strings: an Output created outside a Pulumi run leaves work behind that hangs the
+    # next mocked program run.
+    monkeypatch.setattr(pulumi.Output, "concat", staticmethod(lambda *a: "".join(map(str, a))))
+
+    def actions(pools: list[str], groups: list[str]) -> set[str]:
+        return {a for st in game_day_fault_statements("eu-west-1", "1", "c", "db", ["b"], pools,
+                                                      groups) for a in st["Action"]}
+
+    assert not any(a.startswith("eks:") for a in actions(["cpu"], []))
+    assert "eks:UpdateNodegroupConfig" in actions([], ["c-batch"])
+    with pytest.raises(ValueError, match="at least one NodePool or node group"):
+        actions([], [])
 
 
 # -- the target description -------------------------------------------------------------------------
@@ -275,7 +324,7 @@ def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tm
         "artifactBucket": _bucket_id(run),
         "artifactBuckets": [_bucket_id(run)],
         "databaseIdentifier": run.one("aws:rds/instance:Instance").props["identifier"],
-        "nodeGroups": target["nodeGroups"],  # see test_target_configmap_node_groups_exist
+        "nodePools": target["nodePools"],  # see test_target_configmap_nodepools_exist
     }
     # The runner accepts it as is for `--env staging`, and hands the driver keys to the cloud
     # drivers (which refuse unknown keys).
@@ -402,10 +451,13 @@ def test_ci_schedule_example_never_overlaps_and_keeps_evidence() -> None:
     assert all(s.get("if") == "always()" for s in uploads)
 
 
-@NODE_FAULTS_FOLLOW_UP
-def test_target_configmap_node_groups_exist(runs: dict[str, Run]) -> None:
+def test_target_configmap_nodepools_exist(runs: dict[str, Run]) -> None:
+    from infra.cloud.driver import CloudTarget
+
     run = runs["staging"]
     target = json.loads(run.one("kubernetes:core/v1:ConfigMap", "gameday-target").props["data"]["target.json"])
-    groups = {r.props["labels"]["platform.gameday/pool"]: r.props["nodeGroupName"]
-              for r in run.of_type("eks:index:ManagedNodeGroup")}
-    assert target["nodeGroups"] == groups
+    assert target["nodePools"] == _nodepools(run)
+    assert "nodeGroups" not in target  # the system node group is never a fault target
+    parsed = CloudTarget.from_config({k: v for k, v in target.items() if k in CloudTarget.KEYS})
+    assert parsed.aws.nodepools == parsed.kube.node_pools == _nodepools(run)
+    assert parsed.aws.nodegroups == {}
