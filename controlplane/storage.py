@@ -168,18 +168,20 @@ class ObjectStore:
         self._with_retry(f"ensure bucket {self.bucket}", create)
 
     def put(self, key: str, data: bytes) -> None:
+        def send() -> None:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data,
+                                   ChecksumSHA256=_b64_sha256(data))
+
         def write() -> None:
             try:
-                self.client.put_object(Bucket=self.bucket, Key=key, Body=data,
-                                       ChecksumSHA256=_b64_sha256(data))
+                send()
             except ClientError as exc:
                 if not _no_such_bucket(exc):
                     raise
                 # The first write creates the bucket, instead of a HEAD before every run: one
                 # request less per attempt, the same outcome as ensure_bucket() then put.
                 self.client.create_bucket(Bucket=self.bucket)
-                self.client.put_object(Bucket=self.bucket, Key=key, Body=data,
-                                       ChecksumSHA256=_b64_sha256(data))
+                send()
 
         self._with_retry(f"put {key}", write)
 

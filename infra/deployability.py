@@ -128,14 +128,18 @@ def _release_name(r: Declared) -> str:
     return str(r.props.get("name") or r.name)
 
 
-def pod_templates(r: Declared) -> list[dict[str, Any]]:
-    """The pod templates of a workload object (CronJob: its job template's)."""
-    kind, spec = r.props.get("kind"), r.props.get("spec") or {}
+def pod_template(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod template of a workload manifest (CronJob: its job template's), else None."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
     if kind not in POD_TEMPLATE_KINDS:
-        return []
+        return None
     if kind == "CronJob":
         spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    template = spec.get("template") or {}
+    return spec.get("template") or None
+
+
+def pod_templates(r: Declared) -> list[dict[str, Any]]:
+    template = pod_template(r.props)
     return [template] if template else []
 
 

@@ -23,6 +23,7 @@ from pulumi_policy import (
 )
 
 from infra.components.common import ACCELERATOR_LABEL, GPU_RESOURCE, POOL_LABEL, REQUIRED_TAGS
+from infra.deployability import pod_template
 
 Report = Callable[[str, Any], None]
 MANDATORY = EnforcementLevel.MANDATORY
@@ -149,10 +150,7 @@ CONTROL_PLANE_KINDS = {"Deployment", "StatefulSet", "Job", "CronJob"}
 
 
 def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    spec = obj.get("spec") or {}
-    if obj.get("kind") == "CronJob":
-        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    return ((spec.get("template") or {}).get("spec")) if spec else None
+    return (pod_template(obj) or {}).get("spec")
 
 
 def _control_plane_placement(args: ResourceValidationArgs, report: Report) -> None:

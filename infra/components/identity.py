@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -59,7 +60,7 @@ def game_day_fault_statements(
     database_identifier: pulumi.Input[str],
     bucket_names: list[pulumi.Input[str]],
     node_pools: list[str],
-    node_groups: list[str] = (),  # type: ignore[assignment]
+    node_groups: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """What the cloud fault drivers (docs/chaos-cloud.md, "AWS IAM") call, each action on
     exactly this stack's resource; no wildcard action.
@@ -94,7 +95,7 @@ def game_day_fault_statements(
             {"Sid": "TerminateNodeGroupNodeOfThisCluster", "Effect": "Allow",
              "Action": ["ec2:TerminateInstances"], "Resource": instances,
              "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name,
-                                            "aws:ResourceTag/eks:nodegroup-name": node_groups}}},
+                                            "aws:ResourceTag/eks:nodegroup-name": list(node_groups)}}},
         ]
     return [
         {"Sid": "DatabaseFailover", "Effect": "Allow",
@@ -130,7 +131,7 @@ def game_day_identity(
     database_identifier: pulumi.Input[str],
     bucket_names: list[pulumi.Input[str]],
     node_pools: list[str],
-    node_groups: list[str] = (),  # type: ignore[assignment]
+    node_groups: Sequence[str] = (),
     opts: pulumi.ResourceOptions | None = None,
 ) -> WorkloadIdentity:
     """IRSA role of the ``gameday`` service account (the scheduled game-day CronJob).
