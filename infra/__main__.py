@@ -1,7 +1,8 @@
-"""Pulumi program (``main: infra/``): read config, build components, export.
+"""Pulumi program (``main: infra/``): one project, two layers (docs/infra.md).
 
-Every decision that depends on recovery objectives is made in ``infra.objectives`` from
-the specs in slo/; a stack config that contradicts them stops here with a clear error.
+``mlplatform:layer`` selects what a stack deploys: ``platform`` (the default; AWS only,
+``Pulumi.<env>.yaml``) or ``application`` (in the cluster, ``Pulumi.<env>-app.yaml``; reads
+the platform stack through a StackReference). ``infra/layers/`` holds both.
 """
 
 from __future__ import annotations
@@ -15,155 +16,13 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-import pulumi
-import pulumi_aws as aws
+from infra.config import Layer, load_layer
 
-from infra import objectives as obj
-from infra import slo_source
-from infra.components.artifacts import ArtifactStore
-from infra.components.autoscaling import Karpenter
-from infra.components.cluster import Cluster
-from infra.components.common import Naming
-from infra.components.controlplane import ControlPlane, ControlPlaneInputs
-from infra.components.database import Database
-from infra.components.encryption import DataKey
-from infra.components.gameday import node_pool_names
-from infra.components.identity import WorkloadIdentity, game_day_identity
-from infra.components.network import Network
-from infra.components.nodepools import NodePool, NvidiaDevicePlugin, pool_labels
-from infra.components.observability import Observability
-from infra.components.registry import Registry
-from infra.config import aws_region, check_default_tags, load_stack_config
+if load_layer() is Layer.APPLICATION:
+    from infra.layers import application
 
-# --- config and objectives (all validation before any resource is declared) ----------
-cfg = load_stack_config()
-region = aws_region()
-env = cfg.environment
-objectives = slo_source.load_objectives(env.value)
-db_settings = obj.derive_database_settings(objectives["db-primary-loss"], cfg.database, env)
-artifact_settings = obj.derive_artifact_settings(
-    objectives["artifact-store-unavailable"], cfg.artifacts, region
-)
-api_settings = obj.derive_api_settings(objectives["api-replica-loss"], cfg.control_plane.api)
-obj.check_gpu_interruptions(objectives["node-interruption-checkpoint"], cfg.node_pools.gpu)
+    application.build()
+else:
+    from infra.layers import platform
 
-naming = Naming(pulumi.get_project(), pulumi.get_stack(), env.value, cfg.owner, cfg.cost_center)
-check_default_tags(naming.tags())
-p = naming.prefix
-account_id = aws.get_caller_identity_output().account_id
-
-# --- AWS --------------------------------------------------------------------------------
-key = DataKey(f"{p}-data", naming, region, account_id)
-network = Network(f"{p}-net", cfg.network, naming, region, key.arn)
-pools = {"system": cfg.node_pools.system, "cpu": cfg.node_pools.cpu, "gpu": cfg.node_pools.gpu}
-cluster = Cluster(
-    f"{p}-cluster", cfg.cluster, naming, network.vpc_id, network.public_subnet_ids,
-    network.private_subnet_ids, key.arn, list(pools), deletion_protection=env.protected,
-)
-# Only `system` is a managed node group; cpu and gpu are Karpenter NodePools (below).
-node_pools = {
-    "system": NodePool(f"{p}-pool-system", "system", cfg.node_pools.system, naming,
-                       cluster.cluster, cluster.node_roles["system"], network.private_subnet_ids)
-}
-registry = Registry(f"{p}-ecr", cfg.registry, naming, key.arn)
-artifacts = ArtifactStore(f"{p}-artifacts", cfg.artifacts, artifact_settings, naming, key.arn, account_id)
-database = Database(
-    f"{p}-db", cfg.database, db_settings, naming, network.vpc_id, network.database_subnet_ids,
-    cluster.security_group_id, key.arn,
-)
-
-# --- workload identities: each service account gets exactly what it needs --------------
-bucket_arn, objects_arn = artifacts.bucket_arn, pulumi.Output.concat(artifacts.bucket_arn, "/*")
-read_artifacts = [
-    {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
-    {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects_arn]},
-    {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key.arn]},
-]
-write_artifacts = [
-    {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
-    {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-     "Resource": [pulumi.Output.concat(bucket_arn, "/checkpoints/*"),
-                  pulumi.Output.concat(bucket_arn, "/artifacts/*")]},
-    {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key.arn]},
-]
-workload_repos = [r.arn for name, r in registry.repositories.items() if name.startswith("workloads/")]
-resolve_images = [
-    # GetAuthorizationToken has no resource-level permissions; it grants no image access.
-    {"Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
-    {"Effect": "Allow", "Action": ["ecr:DescribeImages", "ecr:BatchGetImage"], "Resource": workload_repos},
-]
-cp_ns = cfg.control_plane.namespace
-grants: dict[str, tuple[str, str, list]] = {
-    "api": (cp_ns, "api", read_artifacts),
-    "reconciler": (cp_ns, "reconciler", read_artifacts),
-    "external-secrets-db": (cp_ns, "external-secrets-db", [
-        {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
-         "Resource": [database.master_secret_arn]},
-        {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key.arn]},
-    ]),
-    **{f"agent-{pool}": (cp_ns, f"agent-{pool}", write_artifacts + resolve_images)
-       for pool in cfg.control_plane.agents},
-    **{f"workload-{ws.name}": (ws.name, "workload", write_artifacts)
-       for ws in cfg.control_plane.workload_namespaces},
-}
-role_arns: dict[str, pulumi.Input[str]] = {
-    sa: WorkloadIdentity(f"{p}-irsa-{sa}", naming, ns, name, cluster.oidc_provider_arn,
-                         cluster.oidc_provider_url, statements).role_arn
-    for sa, (ns, name, statements) in grants.items()
-}
-
-if cfg.game_day.enabled:  # the scheduled game day's own role (docs/scheduling.md)
-    role_arns["gameday"] = game_day_identity(
-        f"{p}-gameday", naming, cp_ns, cluster.oidc_provider_arn, cluster.oidc_provider_url,
-        region=region, account_id=account_id, cluster_name=cluster.name,
-        database_identifier=database.identifier, bucket_names=[artifacts.bucket_name],
-        # Karpenter NodePools of the workload pools (autoscaling.py); no managed node group.
-        node_pools=sorted(node_pool_names().values()),
-    ).role_arn
-
-# --- Kubernetes -------------------------------------------------------------------------
-# Autoscaling: Karpenter (on the system pool) gives pending cpu/gpu pods a node.
-karpenter = Karpenter(
-    f"{p}-karpenter", naming, region, account_id, cluster.cluster, cluster.name,
-    cluster.oidc_provider_arn, cluster.oidc_provider_url, cluster.security_group_id, pools,
-    cluster.node_roles, cfg.network.availability_zones, key.arn, cluster.provider,
-    opts=pulumi.ResourceOptions(depends_on=[node_pools["system"]]),
-)
-k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": cluster.provider},
-                                  depends_on=[*node_pools.values(), karpenter])
-if cfg.node_pools.gpu.needs_device_plugin:
-    NvidiaDevicePlugin(f"{p}-nvidia", naming, pool_labels("gpu", cfg.node_pools.gpu), opts=k8s_opts)
-control_plane = ControlPlane(
-    f"{p}-cp",
-    ControlPlaneInputs(
-        cfg=cfg.control_plane, pools=cfg.node_pools, api=api_settings, region=region,
-        zones=cfg.network.availability_zones, bucket_name=artifacts.bucket_name,
-        database_address=database.address, database_secret_arn=database.master_secret_arn,
-        database_cidrs=network.database_cidrs, role_arns=role_arns,
-    ),
-    naming,
-    opts=k8s_opts,
-)
-observability = Observability(
-    f"{p}-obs", naming, objectives.rules, cfg.control_plane.namespace,
-    ["reconciler", *(f"agent-{pool}" for pool in cfg.control_plane.agents)],
-    cfg.observability.install_prometheus_stack, database.identifier,
-    obj.derive_alarm_window(objectives["db-primary-loss"].rto_seconds),
-    cfg.database.allocated_storage_gb, artifacts.bucket_name,
-    obj.derive_alarm_window(objectives["artifact-store-unavailable"].rto_seconds),
-    artifacts.replica_bucket_name, key.arn, cfg.observability.alarm_email,
-    opts=pulumi.ResourceOptions(providers={"kubernetes": cluster.provider}, depends_on=[control_plane]),
-)
-
-# --- exports ----------------------------------------------------------------------------
-pulumi.export("clusterName", cluster.name)
-pulumi.export("kubeconfig", pulumi.Output.secret(cluster.cluster.kubeconfig_json))
-pulumi.export("artifactBucket", artifacts.bucket_name)
-pulumi.export("databaseAddress", database.address)
-pulumi.export("databaseMultiAz", db_settings.multi_az)
-pulumi.export("databaseBackupRetentionDays", db_settings.backup_retention_days)
-pulumi.export("repositories", {k: r.repository_url for k, r in registry.repositories.items()})
-pulumi.export("controlPlaneNamespace", control_plane.namespace)
-pulumi.export("fisStopConditionAlarmArn", observability.fis_stop_alarm_arn)
-pulumi.export("alarmTopicArn", observability.alarm_topic_arn)
-pulumi.export("karpenterInterruptionQueue", karpenter.queue_name)
+    platform.build()

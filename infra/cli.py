@@ -103,3 +103,17 @@ def _report(result: dict[str, Any], stack: str, json_out: Path | None) -> None:
     counts = ", ".join(f"{n} {v}" for v, n in result["counts"].items() if n)
     click.echo(f"stack {stack}: drift ({counts}); worst: {result['worst']}")
     sys.exit(EXIT_DRIFT)
+
+
+@infra_group.command("kube-token")
+@click.option("--cluster", required=True, help="EKS cluster name.")
+@click.option("--region", required=True, help="AWS region of the cluster.")
+def kube_token_cmd(cluster: str, region: str) -> None:
+    """Print an ExecCredential with an EKS token signed by your AWS credentials: the
+    kubeconfig the application stack builds calls this instead of the `aws` CLI."""
+    from infra.cloud.eks_token import TokenError, eks_token, exec_credential
+
+    try:
+        click.echo(json.dumps(exec_credential(eks_token(cluster, region))))
+    except TokenError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
@@ -21,6 +22,8 @@ from pydantic.alias_generators import to_camel
 from infra.deployability import LOG_RETENTION_DAYS
 
 PROJECT = "mlplatform"
+# Repositories `gameday infra image` pushes the two Dockerfile targets to.
+CONTROL_PLANE_REPOSITORY, HARNESS_REPOSITORY = "controlplane", "gameday"
 
 # Keys of the form "<project>:<key>" that this program reads; anything else under the
 # project namespace is a typo or a stale key and is refused.
@@ -151,7 +154,8 @@ class NodePoolsConfig(_Model):
 
 class RegistryConfig(_Model):
     repositories: list[Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+)*$")]] = Field(
-        default_factory=lambda: ["controlplane", "workloads/trainer"], min_length=1
+        default_factory=lambda: [CONTROL_PLANE_REPOSITORY, HARNESS_REPOSITORY, "workloads/trainer"],
+        min_length=1,
     )
     keep_tagged_images: int = Field(default=50, ge=1)
     untagged_expiry_days: int = Field(default=7, ge=1)
@@ -236,7 +240,10 @@ class WorkloadNamespaceConfig(_Model):
 
 class ControlPlaneConfig(_Model):
     namespace: DnsLabel = "mlp-controlplane"
-    image: ImageConfig
+    # Unset (the default): the registry's `controlplane` repository at the digest the
+    # application stack records (`mlplatform:images.controlplane`, `gameday infra image`).
+    # Set: an image from elsewhere.
+    image: ImageConfig | None = None
     api: DeploymentConfig
     reconciler: DeploymentConfig
     agents: dict[Literal["cpu", "gpu"], AgentConfig] = Field(
@@ -334,7 +341,8 @@ class GameDayConfig(_Model):
     allow_prod: bool = False
     active_deadline_seconds: int = Field(default=3600, ge=300, le=86400)
     # The harness image (Dockerfile target `gameday`): the control-plane image is slim and
-    # cannot run `gameday gate`. Required when enabled.
+    # cannot run `gameday gate`. Unset: the registry's `gameday` repository at the digest the
+    # application stack records (`mlplatform:images.gameday`).
     image: ImageConfig | None = None
 
     @field_validator("schedule")
@@ -352,9 +360,6 @@ class GameDayConfig(_Model):
         if self.enabled and self.schedule is None:
             raise ValueError("schedule is required when enabled is true (5-field cron, "
                              "e.g. '0 6 * * 2')")
-        if self.enabled and self.image is None:
-            raise ValueError("image is required when enabled is true: the harness image "
-                             "(`docker build --target gameday`), not the slim control-plane one")
         return self
 
 
@@ -386,6 +391,16 @@ class StackConfig(_Model):
                 raise ValueError("prod needs natGateways: perAz")
         if self.environment.protected and self.database.deletion_protection is False:
             raise ValueError(f"database.deletionProtection cannot be false in {self.environment.value}")
+        if (self.game_day.enabled and self.game_day.image is None
+                and HARNESS_REPOSITORY not in self.registry.repositories):
+            raise ValueError(
+                "gameDay.image is required when enabled is true, unless registry.repositories "
+                f"lists {HARNESS_REPOSITORY!r} (the harness image, `docker build --target "
+                "gameday`, not the slim control-plane one; `gameday infra image` pushes it there)")
+        if self.control_plane.image is None and CONTROL_PLANE_REPOSITORY not in self.registry.repositories:
+            raise ValueError(
+                "controlPlane.image is required unless registry.repositories lists "
+                f"{CONTROL_PLANE_REPOSITORY!r} (where `gameday infra image` pushes it)")
         return self
 
 
@@ -436,8 +451,51 @@ def check_game_day(cfg: StackConfig, source: str = "stack config") -> None:
         )
 
 
-def load_stack_config() -> StackConfig:
-    """Read this project's namespace from the Pulumi config and validate it at the edge."""
+# -- layers ------------------------------------------------------------------------------
+class Layer(str, Enum):
+    """What a stack of this project deploys (docs/infra.md "Stacks in layers").
+
+    platform: AWS only (network, cluster, node roles, registries, buckets, database, IAM,
+    alarms, the in-VPC deploy runner); needs AWS credentials, never the cluster endpoint.
+    application: what runs in the cluster (Karpenter's controller and NodePools, the device
+    plugin, the control plane, charts, the game-day CronJob), with the platform's values
+    read through a StackReference and the images pinned by digest."""
+
+    PLATFORM = "platform"
+    APPLICATION = "application"
+
+
+Digest = Annotated[str, Field(pattern=DIGEST_RE.pattern)]
+
+
+class ImageDigests(_Model):
+    """Digests of the images `gameday infra image` pushed to the platform's registry."""
+
+    controlplane: Digest | None = None
+    gameday: Digest | None = None
+
+
+class ApplicationConfig(_Model):
+    """The application stack's own keys: everything else is the environment's, read from
+    the platform stack's file, so the two layers cannot disagree about it."""
+
+    layer: Literal["application"]
+    # The platform stack: its name in this project (`dev`) or fully qualified
+    # (`org/mlplatform/dev`).
+    platform_stack: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+$")]
+    images: ImageDigests = Field(default_factory=ImageDigests)
+
+    @property
+    def platform_stack_name(self) -> str:
+        return self.platform_stack.rsplit("/", 1)[-1]
+
+
+APPLICATION_KEYS = ("layer", "platformStack", "images")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _project_config() -> dict[str, Any]:
+    """This stack's ``mlplatform:*`` keys, JSON-decoded."""
     # pulumi.Config cannot list keys; the runtime's config map can, and listing is the only
     # way to refuse a misspelled top-level key instead of silently ignoring it.
     prefix = f"{PROJECT}:"
@@ -454,6 +512,88 @@ def load_stack_config() -> StackConfig:
             raw[name] = json.loads(value)
         else:
             raw[name] = value
+    return raw
+
+
+def load_layer() -> Layer:
+    value = _project_config().get("layer", Layer.PLATFORM.value)
+    try:
+        return Layer(value)
+    except ValueError:
+        raise ConfigError(
+            f"invalid stack config in Pulumi.{pulumi.get_stack()}.yaml: {PROJECT}:layer is "
+            f"{value!r}; allowed: {', '.join(x.value for x in Layer)}") from None
+
+
+def read_environment_settings(stack: str) -> dict[str, Any]:
+    """The ``mlplatform:*`` keys of ``Pulumi.<stack>.yaml`` in this checkout (plain values;
+    an encrypted value cannot be read here and is refused)."""
+    import yaml
+
+    path = PROJECT_ROOT / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{path.name} not found next to Pulumi.yaml: the application stack "
+                          f"reads the environment's settings from its platform stack's file "
+                          f"({PROJECT}:platformStack is {stack!r})")
+    doc = yaml.safe_load(path.read_text()) or {}
+    prefix = f"{PROJECT}:"
+    out: dict[str, Any] = {}
+    for key, value in (doc.get("config") or {}).items():
+        if not key.startswith(prefix):
+            continue
+        if isinstance(value, Mapping) and "secure" in value:
+            raise ConfigError(f"{path.name}: {key} is encrypted; the application stack reads "
+                              "this file directly and cannot decrypt it (keep secrets in "
+                              "Secrets Manager, not in environment settings)")
+        out[key[len(prefix):]] = value
+    return out
+
+
+def load_application_config() -> ApplicationConfig:
+    """The application stack's own keys; an environment setting here is refused (it
+    belongs in the platform stack's file, which this layer reads)."""
+    raw = _project_config()
+    source = f"Pulumi.{pulumi.get_stack()}.yaml"
+    misplaced = sorted(set(raw) & set(TOP_LEVEL_KEYS))
+    if misplaced:
+        raise ConfigError(
+            f"invalid stack config in {source}: "
+            + ", ".join(f"{PROJECT}:{k}" for k in misplaced)
+            + " belong(s) in the platform stack's file (Pulumi.<platformStack>.yaml): the "
+            "application stack reads the environment's settings from there")
+    unknown = sorted(set(raw) - set(APPLICATION_KEYS))
+    if unknown:
+        raise ConfigError(f"invalid stack config in {source}: unknown key(s) "
+                          + ", ".join(f"{PROJECT}:{k}" for k in unknown)
+                          + f"; allowed: {', '.join(APPLICATION_KEYS)}")
+    try:
+        return ApplicationConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_stack_config() -> StackConfig:
+    """The environment's settings, validated at the edge: this stack's own config on a
+    platform stack; on an application stack, its platform stack's file."""
+    if load_layer() is Layer.APPLICATION:
+        app = load_application_config()
+        stack = app.platform_stack_name
+        raw = read_environment_settings(stack)
+        if raw.get("layer", Layer.PLATFORM.value) != Layer.PLATFORM.value:
+            raise ConfigError(f"{PROJECT}:platformStack {app.platform_stack!r} in "
+                              f"Pulumi.{pulumi.get_stack()}.yaml is not a platform stack "
+                              f"(its {PROJECT}:layer is {raw['layer']!r})")
+        raw.pop("layer", None)
+        return parse_stack_config(
+            raw, source=f"Pulumi.{stack}.yaml (read by the application stack {pulumi.get_stack()})")
+    raw = _project_config()
+    misplaced = sorted(set(raw) & (set(APPLICATION_KEYS) - {"layer"}))
+    if misplaced:
+        raise ConfigError(
+            f"invalid stack config in Pulumi.{pulumi.get_stack()}.yaml: "
+            + ", ".join(f"{PROJECT}:{k}" for k in misplaced)
+            + f" belong(s) in an application stack ({PROJECT}:layer: application)")
+    raw.pop("layer", None)
     return parse_stack_config(raw, source=f"Pulumi.{pulumi.get_stack()}.yaml")
 
 

@@ -13,6 +13,7 @@ profile created here, so the controller needs no IAM write permission.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -201,11 +202,14 @@ def controller_statements(
     ]
 
 
-class Karpenter(pulumi.ComponentResource):
-    """Controller, IAM, interruption queue, and one EC2NodeClass + NodePool per pool."""
+class KarpenterAws(pulumi.ComponentResource):
+    """Karpenter's AWS side (platform layer): interruption queue and its rules, the workload
+    pools' instance profiles and node access entries, the discovery tag on the cluster
+    security group, and the controller's IRSA role."""
 
     queue_name: pulumi.Output[str]
-    node_pools: dict[str, k8s.apiextensions.CustomResource]
+    controller_role_arn: pulumi.Output[str]
+    instance_profiles: dict[str, pulumi.Output[str]]
 
     def __init__(
         self,
@@ -220,12 +224,10 @@ class Karpenter(pulumi.ComponentResource):
         cluster_security_group_id: pulumi.Input[str],
         pools: dict[str, NodePoolConfig],
         node_roles: dict[str, aws.iam.Role],
-        zones: list[str],
         kms_key_arn: pulumi.Input[str],
-        k8s_provider: k8s.Provider,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        super().__init__(f"{TYPE_PREFIX}:Karpenter", name, None, opts)
+        super().__init__(f"{TYPE_PREFIX}:KarpenterAws", name, None, opts)
         # -- interruption queue ------------------------------------------------------------
         queue = aws.sqs.Queue(
             f"{name}-interruption",
@@ -261,7 +263,7 @@ class Karpenter(pulumi.ComponentResource):
                                        opts=child(self))
 
         # -- node identity: the pool's node role, allowed to join, behind an instance profile
-        workload = {p: c for p, c in pools.items() if p != "system"}
+        workload = [p for p in pools if p != "system"]
         profiles: dict[str, aws.iam.InstanceProfile] = {}
         for pool in workload:
             role = node_roles[pool]
@@ -282,7 +284,7 @@ class Karpenter(pulumi.ComponentResource):
                     key=DISCOVERY_TAG, value=cluster_name,
                     opts=child(self, depends_on=[cluster]))
 
-        # -- controller identity and chart ---------------------------------------------------
+        # -- controller identity (the chart that uses it is in the application layer) --------
         identity = WorkloadIdentity(
             f"{name}-controller", naming, NAMESPACE, SERVICE_ACCOUNT, oidc_provider_arn,
             oidc_provider_url,
@@ -291,6 +293,36 @@ class Karpenter(pulumi.ComponentResource):
                                   [profiles[p].arn for p in workload], kms_key_arn),
             opts=child(self),
         )
+        self.queue_name = queue.name
+        self.controller_role_arn = identity.role_arn
+        self.instance_profiles = {pool: profile.name for pool, profile in profiles.items()}
+        self.register_outputs({"queue_name": self.queue_name,
+                               "controller_role_arn": self.controller_role_arn,
+                               "instance_profiles": self.instance_profiles})
+
+
+class Karpenter(pulumi.ComponentResource):
+    """Karpenter in the cluster (application layer): the controller chart, and one
+    EC2NodeClass + NodePool per workload pool. AWS values come from ``KarpenterAws``."""
+
+    node_pools: dict[str, k8s.apiextensions.CustomResource]
+
+    def __init__(
+        self,
+        name: str,
+        naming: Naming,
+        cluster_name: str,
+        queue_name: pulumi.Input[str],
+        controller_role_arn: pulumi.Input[str],
+        instance_profiles: Mapping[str, pulumi.Input[str]],
+        pools: dict[str, NodePoolConfig],
+        zones: list[str],
+        kms_key_arn: pulumi.Input[str],
+        k8s_provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}:Karpenter", name, None, opts)
+        workload = {p: c for p, c in pools.items() if p != "system"}
         k8s_opts = child(self, provider=k8s_provider)
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata={"name": NAMESPACE, "labels": naming.labels("karpenter")},
@@ -305,9 +337,9 @@ class Karpenter(pulumi.ComponentResource):
             # which helm.v4.Chart installs unless skip_crds is set.
             skip_crds=False,
             values={
-                "settings": {"clusterName": cluster_name, "interruptionQueue": queue.name},
+                "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
                 "serviceAccount": {"name": SERVICE_ACCOUNT,
-                                   "annotations": {"eks.amazonaws.com/role-arn": identity.role_arn}},
+                                   "annotations": {"eks.amazonaws.com/role-arn": controller_role_arn}},
                 # On the system managed node group: Karpenter must never run on a node it manages.
                 "nodeSelector": {POOL_LABEL: "system"},
                 "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists",
@@ -327,7 +359,7 @@ class Karpenter(pulumi.ComponentResource):
                 metadata={"name": pool, "labels": naming.labels("karpenter")},
                 spec={
                     "amiSelectorTerms": [{"alias": ami_alias(cfg)}],
-                    "instanceProfile": profiles[pool].name,
+                    "instanceProfile": instance_profiles[pool],
                     "subnetSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
                     "securityGroupSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
                     "metadataOptions": {"httpEndpoint": "enabled", "httpTokens": "required",
@@ -345,5 +377,4 @@ class Karpenter(pulumi.ComponentResource):
                 spec=node_pool_spec(pool, cfg, pool, zones),
                 opts=child(self, provider=k8s_provider, depends_on=[chart, node_class]),
             )
-        self.queue_name = queue.name
-        self.register_outputs({"queue_name": self.queue_name})
+        self.register_outputs({"node_pools": list(self.node_pools)})

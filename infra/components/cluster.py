@@ -6,7 +6,6 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
-import pulumi_kubernetes as k8s
 
 from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
 from infra.config import ClusterConfig
@@ -22,7 +21,6 @@ NODE_POLICIES = (
 class Cluster(pulumi.ComponentResource):
     cluster: eks.Cluster
     name: str
-    provider: k8s.Provider
     oidc_provider_arn: pulumi.Output[str]
     oidc_provider_url: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
@@ -90,12 +88,6 @@ class Cluster(pulumi.ComponentResource):
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(**addon),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(**addon),
             tags=naming.tags(self.name),
-            opts=child(self),
-        )
-        self.provider = k8s.Provider(
-            f"{name}-k8s",
-            kubeconfig=self.cluster.kubeconfig_json,
-            enable_server_side_apply=True,
             opts=child(self),
         )
         self.oidc_provider_arn = self.cluster.oidc_provider_arn

@@ -48,7 +48,12 @@ class ControlPlaneInputs:
     bucket_name: pulumi.Input[str]
     database_address: pulumi.Input[str]
     database_secret_arn: pulumi.Input[str]
-    database_cidrs: list[str]
+    database_cidrs: pulumi.Input[list[str]]
+    # The control-plane image reference and its pin (digest or tag, names the migrate Job).
+    image: pulumi.Input[str]
+    image_pin: str
+    # The harness image of the scheduled game day (None when it is disabled).
+    game_day_image: pulumi.Input[str] | None = None
     role_arns: dict[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
@@ -135,6 +140,8 @@ class ControlPlane(pulumi.ComponentResource):
         game_day = load_stack_config().game_day  # validated before any resource was declared
         self.game_day: GameDaySchedule | None = None
         if game_day.enabled:
+            if inputs.game_day_image is None:  # the slim control-plane image cannot run it
+                raise ValueError("the scheduled game day needs the harness image")
             self.game_day = GameDaySchedule(
                 f"{name}-gameday",
                 GameDayInputs(
@@ -145,6 +152,7 @@ class ControlPlane(pulumi.ComponentResource):
                     database_identifier=naming.name("controlplane"), cluster_name=naming.prefix,
                     node_pools=node_pool_names(WORKLOAD_POOLS),
                     role_arn=inputs.role_arns.get("gameday"), selector=self._selector("gameday"),
+                    image=inputs.game_day_image,
                     container=self._container, pod_spec=self._pod_spec,
                 ),
                 naming,
@@ -272,7 +280,7 @@ class ControlPlane(pulumi.ComponentResource):
                    resources: dict[str, str], probes: bool = True) -> dict[str, Any]:
         c: dict[str, Any] = {
             "name": component,
-            "image": self._in.cfg.image.reference,
+            "image": self._in.image,
             "command": ["gameday"],
             "args": args,
             "env": [{"name": "CONTROLPLANE_DSN",
@@ -304,7 +312,7 @@ class ControlPlane(pulumi.ComponentResource):
 
     def _migrate_job(self, depends_on: list[pulumi.Resource]) -> k8s.batch.v1.Job:
         """Schema migrations run once per image before any replica starts (idempotent)."""
-        ref = self._in.cfg.image.digest or self._in.cfg.image.tag or ""
+        ref = self._in.image_pin
         suffix = ref.removeprefix("sha256:")[:12].lower().replace(".", "-").replace("_", "-")
         container = self._container("migrate", ["controlplane", "migrate", "--agent-token-env",
                                                 "AGENT_TOKEN"], None,

@@ -126,6 +126,8 @@ class GameDayInputs:
     node_pools: dict[str, str]  # workload pool -> Karpenter NodePool name
     role_arn: pulumi.Input[str] | None
     selector: dict[str, str]
+    # The harness image (Dockerfile target `gameday`); it carries the workload too.
+    image: pulumi.Input[str]
     # ControlPlane's builders, so this pod gets the same image, security context and placement.
     container: Callable[..., dict[str, Any]]
     pod_spec: Callable[..., dict[str, Any]]
@@ -246,8 +248,7 @@ class GameDaySchedule(pulumi.ComponentResource):
 
         container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
                                      {"cpu": "500m", "memory": "1Gi"}, probes=False)
-        assert cfg.image is not None  # GameDayConfig requires it when enabled
-        container["image"] = cfg.image.reference  # the harness image; it carries the workload too
+        container["image"] = inputs.image
         self.target_json = _target(inputs, naming.project, naming.stack, container["image"])
         target = k8s.core.v1.ConfigMap(
             f"{name}-target",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import runpy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ ACCOUNT = "123456789012"
 class PlatformMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         name, state = args.name, dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return f"{name}-id", {"name": state.get("name", name),
+                                  "outputs": copy.deepcopy(self.platform_outputs),
+                                  "secretOutputNames": []}
         state.setdefault("arn", f"arn:aws:mock:eu-west-1:{ACCOUNT}:{args.typ.split(':')[1]}/{name}")
         extra: dict[str, Any] = {
             "eks:index:Cluster": {
@@ -54,10 +58,18 @@ class PlatformMocks(pulumi.runtime.Mocks):
             state.setdefault(key, value)
         return f"{name}-id", state
 
+    def __init__(self, platform_outputs: dict[str, Any] | None = None) -> None:
+        # What the application layer's StackReference returns: the platform run's exports.
+        self.platform_outputs = platform_outputs or {}
+
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/ci",
                     "userId": "ci", "id": ACCOUNT}
+        if args.token == "aws:eks/getCluster:getCluster":
+            name = args.args["name"]
+            return {"name": name, "id": name, "endpoint": f"https://{name}.mock.eks.amazonaws.com",
+                    "certificateAuthorities": [{"data": "Q0EK"}]}
         return {}
 
 
@@ -92,8 +104,15 @@ class Resource:
 
 @dataclass(frozen=True)
 class Run:
+    """Both layers of one environment: the platform stack ``stack`` and its application
+    stack ``<stack>-app`` (resources of both; URNs name the stack each belongs to)."""
+
     stack: str
     resources: list[Resource]
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stack name -> outputs
+
+    def layer(self, stack: str) -> list[Resource]:
+        return [r for r in self.resources if r.urn.startswith(f"urn:pulumi:{stack}::")]
 
     def of_type(self, type_: str) -> list[Resource]:
         return [r for r in self.resources if r.type == type_]
@@ -109,6 +128,14 @@ class Run:
 
 def stack_config(stack: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+
+
+def app_stack(stack: str) -> str:
+    return f"{stack}-app"
+
+
+# Digests the application stack would have recorded after `gameday infra image` (test data).
+TEST_IMAGES = {"controlplane": "sha256:" + "0" * 64, "gameday": "sha256:" + "1" * 64}
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -163,36 +190,90 @@ def objectives_for(env: str, recovery_patch: dict[str, dict[str, Any]] | None = 
     return PlatformObjectives(env=env, recovery=recovery, rules=rules)
 
 
-def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any = None) -> Run:
-    """Run infra/__main__.py for ``stack`` (config from Pulumi.<stack>.yaml, deep-merged
-    with ``patch``; a None value deletes a key) and return the registered resources.
+def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any = None,
+                app_patch: dict[str, Any] | None = None, layers: tuple[str, ...] = ("platform", "application"),
+                ) -> Run:
+    """Run infra/__main__.py for the platform stack ``stack`` (config from Pulumi.<stack>.yaml,
+    deep-merged with ``patch``; a None value deletes a key), then for its application stack
+    (Pulumi.<stack>-app.yaml + ``TEST_IMAGES``, deep-merged with ``app_patch``), whose
+    StackReference returns the platform run's exports and whose environment settings are the
+    patched platform config. Returns the resources both registered.
     ``objectives`` replaces what slo/ would provide (default: ``objectives_for(stack)``)."""
     import asyncio
 
+    import infra.config
     import infra.slo_source
 
-    # Pulumi's mock runtime uses asyncio.get_event_loop(); an earlier asyncio.run() in the same
-    # test process (other suites) leaves the main thread without a current loop.
-    asyncio.set_event_loop(asyncio.new_event_loop())
     chosen = objectives if objectives is not None else objectives_for(stack)
-    original = infra.slo_source.load_objectives
+    original = infra.slo_source.load_objectives, infra.config.read_environment_settings
+    platform_config = _merge(stack_config(stack), patch or {})
     infra.slo_source.load_objectives = lambda env: chosen  # type: ignore[assignment]
+    infra.config.read_environment_settings = lambda name: {  # type: ignore[assignment]
+        k.split(":", 1)[1]: v for k, v in _merge(stack_config(name), patch or {}).items()
+        if k.startswith(f"{PROJECT}:")}
     try:
-        return _run(stack, patch)
+        resources: list[Resource] = []
+        exports: dict[str, dict[str, Any]] = {}
+        if "platform" in layers:
+            # Pulumi's mock runtime uses asyncio.get_event_loop(); an earlier asyncio.run() in
+            # the same test process (other suites) leaves the main thread without a loop.
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            found, exports[stack] = _run(stack, platform_config, PlatformMocks())
+            resources += found
+        if "application" in layers:
+            app = app_stack(stack)
+            app_config = _merge(_merge(stack_config(app), {f"{PROJECT}:images": TEST_IMAGES}),
+                                app_patch or {})
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            found, exports[app] = _run(app, app_config, PlatformMocks(exports.get(stack, {})))
+            resources += found
+        return Run(stack=stack, resources=resources, exports=exports)
     finally:
-        infra.slo_source.load_objectives = original  # type: ignore[assignment]
+        infra.slo_source.load_objectives, infra.config.read_environment_settings = original  # type: ignore[assignment]
 
 
-def _run(stack: str, patch: dict[str, Any] | None) -> Run:
-    config = _merge(stack_config(stack), patch or {})
+def _drain() -> None:
+    """After a failed run (an error raised inside an apply), cancel what is still pending on
+    its loop and forget the runtime's pending work: left behind, the next mocked run waits on
+    it forever."""
+    import asyncio
+
+    loop = asyncio.get_event_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    settings = pulumi.runtime.settings.SETTINGS
+    settings.outputs.clear()
+    settings.rpc_manager.rpcs.clear()
+    settings.rpc_manager.unhandled_exception = None
+
+
+def _run(stack: str, config: dict[str, Any], mocks: PlatformMocks) -> tuple[list[Resource], dict[str, Any]]:
     pulumi.runtime.set_all_config({k: _encode(v) for k, v in config.items()})
     pulumi.runtime.settings.set_root_resource(None)  # type: ignore[arg-type]
-    monitor = NoRefsMonitor(PlatformMocks())
-    pulumi.runtime.set_mocks(PlatformMocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+    monitor = NoRefsMonitor(mocks)
+    # "organization" is what the engine reports on self-managed backends.
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor,
+                             organization="organization")
+    exports: dict[str, Any] = {}
+
+    def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+        root = pulumi.runtime.settings.get_root_resource()
+        outputs = getattr(root, "outputs", {}) or {}
+        if outputs:  # resolved before the run ends (run_pulumi_func waits for all RPCs)
+            pulumi.Output.all(**outputs).apply(exports.update)
+
+    try:
+        _sync_await(run_pulumi_func(program))
+    except BaseException:
+        _drain()
+        raise
     resources = [
         Resource(urn=reg.urn, type=reg.urn.split("::")[2].split("$")[-1], name=reg.urn.split("::")[3],
                  props=dict(reg.state), id=reg.id or "")
         for reg in monitor.get_registered_resources().values()
     ]
-    return Run(stack=stack, resources=resources)
+    return resources, exports

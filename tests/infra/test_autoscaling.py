@@ -247,13 +247,12 @@ def test_only_system_is_a_managed_node_group(runs: dict[str, Run], stack: str) -
 
 
 def test_interruption_queue_is_exported(runs: dict[str, Run]) -> None:
-    # Pulumi's MockMonitor drops stack outputs (RegisterResourceOutputs is a no-op), so the
-    # export can only be checked in the source: it must be the component's queue name, which
-    # queue_problems ties to the chart's settings.interruptionQueue.
-    from pathlib import Path
-
-    source = (Path(__file__).resolve().parents[2] / "infra" / "__main__.py").read_text()
-    assert 'pulumi.export("karpenterInterruptionQueue", karpenter.queue_name)' in source
+    # The platform stack exports the component's queue name (queue_problems ties it to the
+    # chart's settings.interruptionQueue), and hands it to the application layer's chart.
+    run = runs["dev"]
+    queue = run.one(QUEUE, "karpenter").props["name"]
+    assert run.exports["dev"]["karpenterInterruptionQueue"] == queue
+    assert run.exports["dev"]["karpenter"]["queueName"] == queue
 
 
 # -- mutations: break one thing in a copy, the matching check reports it ------------------------

@@ -64,5 +64,5 @@ def test_prod_needs_three_zones_and_nat_per_az() -> None:
 
 
 def test_mutable_image_tag_refused() -> None:
-    msg = _error("dev", {"mlplatform:controlPlane": {"image": {"tag": "latest"}}})
+    msg = _error("dev", {"mlplatform:controlPlane": {"image": {"repository": "r/cp", "tag": "latest"}}})
     assert "tag 'latest' is mutable" in msg

@@ -21,7 +21,7 @@ from infra.components.gameday import (
 )
 from infra.config import ConfigError, validate_cron
 from infra.policies import wildcard_data_actions
-from tests.infra.harness import REPO, Resource, Run, run_program
+from tests.infra.harness import REPO, TEST_IMAGES, Resource, Run, run_program
 from tests.infra.test_policies_and_schema import K8S_VERSION, _plain, export_manifests, violations
 
 CRONJOB = "kubernetes:batch/v1:CronJob"
@@ -83,7 +83,9 @@ def test_staging_cronjob_runs_gameday_gate_weekly_without_overlap(runs: dict[str
     assert pod["serviceAccountName"] == "gameday" and pod["restartPolicy"] == "Never"
     (c,) = pod["containers"]
     # the harness image (Dockerfile target `gameday`), not the slim control-plane image
-    assert c["image"] == "123456789012.dkr.ecr.eu-west-1.amazonaws.com/mlplatform-staging/gameday:0.1.0"
+    # the registry's `gameday` repository at the digest the application stack recorded
+    assert c["image"] == ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/mlplatform-staging/gameday@"
+                          + TEST_IMAGES["gameday"])
     assert c["command"] == ["gameday"]
     assert c["args"] == ["gate", "--env", "staging", "--suite", "core",
                          "--target", "/etc/gameday/target.json", "--runs-dir", "/runs",
@@ -406,8 +408,9 @@ def test_other_game_day_keys_are_checked() -> None:
     assert "mlplatform:gameDay.shedule: unknown key" in _error(
         "dev", {"mlplatform:gameDay": {"enabled": True, "shedule": "0 6 * * 2"}})
     assert "schedule is required when enabled is true" in _error("dev", {"mlplatform:gameDay": {"enabled": True}})
-    assert "image is required when enabled is true" in _error(
-        "dev", {"mlplatform:gameDay": {"enabled": True, "schedule": "0 6 * * 2"}})
+    assert "gameDay.image is required when enabled is true, unless registry.repositories" in _error(
+        "dev", {"mlplatform:gameDay": {"enabled": True, "schedule": "0 6 * * 2"},
+                "mlplatform:registry": {"repositories": ["controlplane"]}})
     assert "mlplatform:gameDay.activeDeadlineSeconds" in _error(
         "staging", {"mlplatform:gameDay": {"activeDeadlineSeconds": 10}})
 
