@@ -27,6 +27,7 @@ import pulumi_aws as aws
 
 from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
 from infra.config import DeployRunnerConfig
+from infra.deploy import IMAGE_TARGETS, SOURCE_PREFIX
 
 BUILDSPECS = Path(__file__).resolve().parents[1] / "buildspecs"
 # AWS-managed CodeBuild image (Ubuntu 22.04, Docker, AWS CLI, python 3.11 runtime), pinned by
@@ -36,9 +37,6 @@ BUILD_IMAGE = "aws/codebuild/standard:7.0"
 # writes the state, so an unannounced CLI release must not change a production deploy; and the
 # SDK never runs ahead of the CLI it talks to. Bump deliberately (same version as .venv's SDK).
 PULUMI_VERSION = "3.272.0"
-# Dockerfile targets the image project builds, each into the ECR repository of the same name.
-IMAGE_TARGETS = ("controlplane", "gameday")
-SOURCE_PREFIX = "source/"
 SOURCE_EXPIRY_DAYS = 30  # uploaded archives are inputs of one build; a month covers a re-run
 LOG_RETENTION_DAYS = 30  # a value CloudWatch Logs accepts (infra.deployability)
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -115,6 +113,7 @@ class DeployRunner(pulumi.ComponentResource):
             return pulumi.Output.concat(arn.format(service), account_id, ":", rest)
 
         # --- source bucket: archives uploaded by `gameday infra image|deploy` ---------------
+        # force_destroy: the archives are copies of commits, nothing to keep when it goes
         bucket = aws.s3.Bucket(f"{name}-source", force_destroy=True,
                                tags=naming.tags(f"{name}-source"), opts=child(self))
         aws.s3.BucketPublicAccessBlock(
