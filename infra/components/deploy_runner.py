@@ -66,6 +66,12 @@ def backend_statements(backend_url: str) -> list[dict[str, Any]]:
     ]
 
 
+def image_repositories(repositories: Mapping[str, aws.ecr.Repository]) -> dict[str, aws.ecr.Repository]:
+    """The registry's repositories the image project pushes to (one per Dockerfile target the
+    stack has a repository for): what to pass as ``DeployRunner(repositories=...)``."""
+    return {t: repositories[t] for t in IMAGE_TARGETS if t in repositories}
+
+
 def _buildspec(name: str) -> str:
     return (BUILDSPECS / f"{name}.yml").read_text()
 

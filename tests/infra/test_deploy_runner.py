@@ -19,8 +19,16 @@ from infra import deployability as d
 from infra.components import deploy_runner as dr
 from infra.components.common import Naming
 from infra.components.registry import Registry
-from infra.config import DeployRunnerConfig, RegistryConfig
-from tests.infra.harness import ACCOUNT, PROJECT, NoRefsMonitor, PlatformMocks, Resource, Run
+from infra.config import DeployRunnerConfig, RegistryConfig, parse_stack_config
+from tests.infra.harness import (
+    ACCOUNT,
+    PROJECT,
+    NoRefsMonitor,
+    PlatformMocks,
+    Resource,
+    Run,
+    stack_config,
+)
 from tests.infra.test_policies_and_schema import violations
 
 REGION = "eu-west-1"
@@ -45,17 +53,33 @@ def _program(backend: str, repos: tuple[str, ...]) -> Callable[[], None]:
     return program
 
 
-def render(backend: str = STATE, repos: tuple[str, ...] = ("controlplane", "gameday")) -> Run:
+def _stack_program(stack: str) -> Callable[[], None]:
+    """How the platform program wires the runner, from the stack's real config."""
+    def program() -> None:
+        raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items()
+               if k.startswith(f"{PROJECT}:")}
+        cfg = parse_stack_config(raw, f"Pulumi.{stack}.yaml")
+        naming = Naming(PROJECT, stack, cfg.environment.value, cfg.owner, cfg.cost_center)
+        registry = Registry("ecr", cfg.registry, naming, KEY)
+        if cfg.deploy_runner.enabled:
+            dr.DeployRunner("runner", cfg.deploy_runner, naming, REGION, ACCOUNT, "vpc-1",
+                            list(SUBNETS), naming.prefix, CLUSTER_SG,
+                            dr.image_repositories(registry.repositories), KEY)
+    return program
+
+
+def render(backend: str = STATE, repos: tuple[str, ...] = ("controlplane", "gameday"),
+           program: Callable[[], None] | None = None, stack: str = "staging") -> Run:
     """The harness's mock pattern (tests/infra/harness.py) around a small program."""
     asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi.runtime.set_all_config({})
     pulumi.runtime.settings.set_root_resource(None)  # type: ignore[arg-type]
     monitor = NoRefsMonitor(PlatformMocks())
-    pulumi.runtime.set_mocks(PlatformMocks(), project=PROJECT, stack="staging", preview=False,
+    pulumi.runtime.set_mocks(PlatformMocks(), project=PROJECT, stack=stack, preview=False,
                              monitor=monitor)
     EXPORTS.clear()
-    _sync_await(run_pulumi_func(_program(backend, repos)))
-    return Run("staging", [
+    _sync_await(run_pulumi_func(program or _program(backend, repos)))
+    return Run(stack, [
         Resource(urn=reg.urn, type=reg.urn.split("::")[2].split("$")[-1],
                  name=reg.urn.split("::")[3], props=dict(reg.state), id=reg.id or "")
         for reg in monitor.get_registered_resources().values()])
@@ -234,3 +258,24 @@ def test_refuses_repositories_it_cannot_build() -> None:
 ])
 def test_backend_statements(url: str, expected: list[list[str]]) -> None:
     assert [st["Resource"] for st in dr.backend_statements(url)] == expected
+
+
+@pytest.mark.parametrize(("stack", "targets"), [
+    ("dev", None),  # public endpoint: no runner
+    ("staging", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),
+    ("prod", {"REPOSITORY_CONTROLPLANE"}),  # prod has no gameday repository
+])
+def test_stack_configs_wire_the_runner(stack: str, targets: set[str] | None) -> None:
+    run = render(program=_stack_program(stack), stack=stack)
+    projects = run.of_type("aws:codebuild/project:Project")
+    if targets is None:
+        assert projects == []
+        return
+    image = run.one("aws:codebuild/project:Project", "runner-image")
+    names = {v["name"] for v in image.props["environment"]["environmentVariables"]}
+    assert {n for n in names if n.startswith("REPOSITORY_")} == targets
+    deploy = run.one("aws:codebuild/project:Project", "runner-deploy")
+    variables = {v["name"]: v["value"] for v in deploy.props["environment"]["environmentVariables"]}
+    assert variables["PULUMI_BACKEND_URL"] == f"s3://mlplatform-pulumi-state-{stack}"
+    assert variables["APP_STACK"] == f"{stack}-app"
+    assert d.check_required(run.resources) + d.check_retention(run.resources) == []
