@@ -57,7 +57,8 @@ class Runner:
         runner = outputs.get(OUTPUT_KEY)
         if not isinstance(runner, Mapping):
             raise DeployError(f"{source}: no '{OUTPUT_KEY}' output: the platform stack {stack} "
-                              "has no deploy runner (deployRunner.enabled) or predates it")
+                              "has no deploy runner (deployRunner.enabled) or predates it; with a "
+                              "public endpoint use `gameday infra image --local` and `pulumi up`")
         missing = [k for k in ("imageProject", "deployProject", "sourceBucket", "logGroup")
                    if not isinstance(runner.get(k), str) or not runner.get(k)]
         if missing:
@@ -248,7 +249,11 @@ def run_build(session: Any, runner: Runner, project: str, stack: str, source: So
     build_id = start_build(codebuild, project, location,
                            {"SOURCE_REVISION": source.commit, **variables})
     echo(f"started {build_id} (logs: {runner.log_group})")
-    build = wait_build(codebuild, build_id, echo, poll_seconds)
+    try:
+        build = wait_build(codebuild, build_id, echo, poll_seconds)
+    except KeyboardInterrupt:
+        raise DeployError(f"interrupted: build {build_id} goes on in CodeBuild; stop it with "
+                          f"`aws codebuild stop-build --id {build_id}`") from None
     if build.get("buildStatus") != "SUCCEEDED":
         raise DeployError(failure_message(build))
     return build

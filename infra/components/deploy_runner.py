@@ -113,10 +113,10 @@ class DeployRunner(pulumi.ComponentResource):
                              f"including 'controlplane' (Dockerfile targets), got {sorted(repositories)}")
         p = naming.prefix
         self.region, self.app_stack = region, app_stack or f"{naming.stack}-app"
-        arn = f"arn:aws:{{}}:{region}:"  # service-specific ARN head, account appended below
 
-        def scoped(service: str, rest: str) -> pulumi.Output[str]:
-            return pulumi.Output.concat(arn.format(service), account_id, ":", rest)
+        def scoped(service: str, rest: pulumi.Input[str]) -> pulumi.Output[str]:
+            """arn:aws:<service>:<region>:<account>:<rest>"""
+            return pulumi.Output.concat(f"arn:aws:{service}:{region}:", account_id, ":", rest)
 
         # --- source bucket: archives uploaded by `gameday infra image|deploy` ---------------
         # force_destroy: the archives are copies of commits, nothing to keep when it goes

@@ -64,11 +64,14 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.replay: list[dict[str, Any]] = []
+        self.interrupt = False  # Ctrl-C while polling
 
     def record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         self.calls.append((model.name, copy.deepcopy(params)))
 
     def batch_get_builds(self, params: dict[str, Any], **_: Any) -> Any:
+        if self.interrupt:
+            raise KeyboardInterrupt
         if not self.replay:
             return None  # ask moto
         build_id = json.loads(params["body"])["ids"][0]  # the serialized request
@@ -249,6 +252,16 @@ def test_failed_deploy_exits_1_naming_the_phase_and_the_log(
     assert "FAILED in BUILD: Error while executing command" in result.output
     assert f"log group {LOGS}, stream deploy/0b1f6d7e" in result.output
     assert "deployed" not in result.output
+
+
+def test_ctrl_c_says_the_build_goes_on(aws: Recorder, checkout: Path, outputs: Path) -> None:
+    aws.interrupt = True
+    result = _run("deploy", "--stack", "staging", "--outputs", str(outputs), "--image-digest",
+                  f"controlplane={CP}", "--poll-seconds", "0", "--work-dir", str(checkout))
+    assert result.exit_code == 1
+    build_id = boto3.client("codebuild", region_name=REGION).list_builds_for_project(
+        projectName=DEPLOY)["ids"][0]
+    assert f"aws codebuild stop-build --id {build_id}" in result.output
 
 
 def test_set_config_without_the_pulumi_cli_says_what_to_run(
