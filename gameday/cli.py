@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
                  "Prove each experiment catches its seeded control-plane defect (test only)."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
     "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
-    "infra": ("infra.cli", "infra_group", "Pulumi stacks: drift (restore / import / investigate)."),
+    "infra": ("infra.cli", "infra_group", "Pulumi stacks: drift; image build and deploy through the in-VPC runner."),
 }
 
 

@@ -1,4 +1,5 @@
-"""`gameday infra`: commands about the Pulumi stacks (drift)."""
+"""`gameday infra`: commands about the Pulumi stacks (drift; image build and deploy through
+the in-VPC deploy runner)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,131 @@ def _report(result: dict[str, Any], stack: str, json_out: Path | None) -> None:
     counts = ", ".join(f"{n} {v}" for v, n in result["counts"].items() if n)
     click.echo(f"stack {stack}: drift ({counts}); worst: {result['worst']}")
     sys.exit(EXIT_DRIFT)
+
+
+# --- the in-VPC deploy path (infra/deploy.py, infra/components/deploy_runner.py) -------------
+
+def _runner(stack: str, outputs: Path | None, work_dir: Path) -> Any:
+    from infra import deploy
+
+    try:
+        if outputs is not None:
+            return deploy.Runner.from_outputs(deploy.load_outputs_file(outputs), stack,
+                                              str(outputs))
+        click.echo(f"reading the outputs of stack {stack} (pulumi, Automation API) ...", err=True)
+        try:
+            found = deploy.automation_outputs(stack, work_dir)
+        except Exception as exc:  # the CLI or the backend: say what failed and stop
+            raise deploy.DeployError(f"reading the outputs of stack {stack} failed: {exc}; or "
+                                     "give --outputs FILE (pulumi stack output --json)") from exc
+        return deploy.Runner.from_outputs(found, stack, f"stack {stack} outputs")
+    except deploy.DeployError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _session(region: str | None) -> Any:
+    import boto3
+
+    return boto3.session.Session(region_name=region)
+
+
+_STACK = click.option("--stack", required=True,
+                      help="Platform stack (dev, staging, prod): where the deploy runner lives.")
+_OUTPUTS = click.option(
+    "--outputs", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The platform stack's outputs as JSON (`pulumi stack output --json -s STACK > FILE`) "
+    "instead of reading them through the Automation API.")
+_DIRTY = click.option("--allow-dirty", is_flag=True,
+                      help="Build uncommitted changes to tracked files too (refused otherwise).")
+_POLL = click.option("--poll-seconds", type=click.FloatRange(min=0), default=15.0,
+                     show_default=True, help="How often to ask CodeBuild for the build's phase.")
+_WORK_DIR = click.option("--work-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+                         default=REPO, show_default=True,
+                         help="The checkout: Pulumi.yaml, the Dockerfile, the stacks' config.")
+
+
+@infra_group.command("image")
+@_STACK
+@_OUTPUTS
+@click.option("--set-config/--no-set-config", default=True, show_default=True,
+              help="Write the digests to the application stack's config "
+              "(mlplatform:images.controlplane / .gameday) through the Automation API.")
+@click.option("--local", is_flag=True,
+              help="Build and push with the local Docker engine instead of CodeBuild.")
+@_DIRTY
+@_POLL
+@_WORK_DIR
+def image_cmd(stack: str, outputs: Path | None, set_config: bool, local: bool, allow_dirty: bool,
+              poll_seconds: float, work_dir: Path) -> None:
+    """Build the controlplane and gameday images of this checkout, push them to the stack's
+    ECR repositories and print their digests. By default in the stack's CodeBuild project
+    inside the VPC (the checkout is uploaded as a git archive); exit 0 on success, 1 otherwise."""
+    from datetime import UTC, datetime
+
+    from infra import deploy
+
+    runner = _runner(stack, outputs, work_dir)
+    session = _session(runner.region)
+    try:
+        if local:
+            commit, dirty = deploy.check_clean(work_dir, allow_dirty)
+            tag = f"{commit}{'-dirty' if dirty else ''}-local-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+            digests = deploy.local_build(runner.repositories, tag, work_dir,
+                                         deploy.ecr_password(session), click.echo)
+        else:
+            source = deploy.package_source(work_dir, allow_dirty)
+            build = deploy.run_build(session, runner, runner.image_project, stack, source, {},
+                                     click.echo, poll_seconds)
+            digests = deploy.exported_digests(build)
+    except deploy.DeployError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for name, digest in sorted(digests.items()):
+        click.echo(f"{name}: {digest}")
+    if set_config:
+        click.echo(f"setting {deploy.CONFIG_KEY}.* on stack {runner.app_stack} (Automation API)",
+                   err=True)
+        try:
+            deploy.set_app_images(runner.app_stack, digests, work_dir)
+        except Exception as exc:
+            raise click.ClickException(
+                f"the images are pushed, but setting the config of {runner.app_stack} failed: "
+                f"{exc}; set it by hand: " + "; ".join(
+                    f"pulumi config set --path '{deploy.CONFIG_KEY}.{n}' {d} -s {runner.app_stack}"
+                    for n, d in sorted(digests.items()))) from exc
+
+
+@infra_group.command("deploy")
+@_STACK
+@_OUTPUTS
+@click.option("--image-digest", "image_digests", multiple=True, metavar="NAME=sha256:...",
+              help="Image digest to deploy (controlplane, gameday); repeatable. Default: the "
+              "application stack's config (what `gameday infra image` set).")
+@_DIRTY
+@_POLL
+@_WORK_DIR
+def deploy_cmd(stack: str, outputs: Path | None, image_digests: tuple[str, ...], allow_dirty: bool,
+               poll_seconds: float, work_dir: Path) -> None:
+    """Run `pulumi up` of the application stack (<stack>-app) in the stack's CodeBuild deploy
+    project inside the VPC, on an upload of this checkout, with the image digests. Exit 0 when
+    the update succeeded, 1 otherwise."""
+    from infra import deploy
+
+    runner = _runner(stack, outputs, work_dir)
+    try:
+        if image_digests:
+            pairs = dict(item.partition("=")[::2] for item in image_digests)
+            digests = deploy.parse_digests(pairs, "--image-digest")
+        else:
+            digests = deploy.read_app_images(runner.app_stack, work_dir)
+        for name, digest in sorted(digests.items()):
+            click.echo(f"{name}: {digest}")
+        source = deploy.package_source(work_dir, allow_dirty)
+        deploy.run_build(_session(runner.region), runner, runner.deploy_project, stack, source,
+                         {deploy.DIGEST_VARIABLES[n]: d for n, d in digests.items()},
+                         click.echo, poll_seconds)
+    except deploy.DeployError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"stack {runner.app_stack}: deployed")
 
 
 @infra_group.command("kube-token")

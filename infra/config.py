@@ -30,6 +30,7 @@ CONTROL_PLANE_REPOSITORY, HARNESS_REPOSITORY = "controlplane", "gameday"
 TOP_LEVEL_KEYS = (
     "environment", "owner", "costCenter", "allowSpot", "network", "cluster", "nodePools",
     "registry", "artifacts", "database", "controlPlane", "observability", "gameDay",
+    "deployRunner",
 )
 
 
@@ -363,6 +364,38 @@ class GameDayConfig(_Model):
         return self
 
 
+class DeployRunnerConfig(_Model):
+    """The in-VPC deploy path (``infra/components/deploy_runner.py``): CodeBuild projects that
+    build the images and run the application stack's `pulumi up` next to a private endpoint."""
+
+    # Unset = true exactly when cluster.endpointPublicAccess is false (StackConfig fills it).
+    enabled: bool = False
+    # Where the stacks' state lives: s3://bucket[/prefix][?query] or https://api.pulumi.com.
+    backend_url: str | None = None
+    compute_type: Literal["BUILD_GENERAL1_SMALL", "BUILD_GENERAL1_MEDIUM",
+                          "BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_XLARGE",
+                          "BUILD_GENERAL1_2XLARGE"] = "BUILD_GENERAL1_SMALL"
+    timeout_minutes: int = Field(default=60, ge=5, le=480)
+
+    @field_validator("backend_url")
+    @classmethod
+    def _backend_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not re.fullmatch(
+                r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?\s]*)?(\?\S*)?|https://[^/\s]+(/\S*)?",
+                url):
+            raise ValueError(f"{url!r} is not a Pulumi backend this runner can log in to: "
+                             "s3://<bucket>[/prefix] or https://<host> (e.g. https://api.pulumi.com)")
+        return url
+
+    @model_validator(mode="after")
+    def _backend_when_enabled(self) -> DeployRunnerConfig:
+        if self.enabled and self.backend_url is None:
+            raise ValueError("backendUrl is required when the deploy runner is enabled (it is "
+                             "by default when cluster.endpointPublicAccess is false): "
+                             "s3://<state-bucket>[/prefix] or https://api.pulumi.com")
+        return self
+
+
 class StackConfig(_Model):
     environment: Environment
     owner: Annotated[str, Field(min_length=1)]
@@ -377,6 +410,21 @@ class StackConfig(_Model):
     control_plane: ControlPlaneConfig
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     game_day: GameDayConfig = Field(default_factory=GameDayConfig)
+    deploy_runner: DeployRunnerConfig = Field(default_factory=DeployRunnerConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deploy_runner_default(cls, data: Any) -> Any:
+        """deployRunner.enabled defaults to true exactly when the cluster endpoint is private
+        (then only something inside the VPC can run the application stack's `pulumi up`)."""
+        if not isinstance(data, Mapping):
+            return data
+        key = "deploy_runner" if "deploy_runner" in data else "deployRunner"
+        runner, cluster = data.get(key) or {}, data.get("cluster")
+        if isinstance(runner, Mapping) and "enabled" not in runner and isinstance(cluster, Mapping):
+            public = cluster.get("endpointPublicAccess", cluster.get("endpoint_public_access"))
+            return {**data, key: {**runner, "enabled": public is not True}}
+        return data
 
     @model_validator(mode="after")
     def _environment_rules(self) -> StackConfig:

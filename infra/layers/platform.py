@@ -19,6 +19,7 @@ from infra.components.autoscaling import KarpenterAws
 from infra.components.cluster import Cluster
 from infra.components.common import Naming
 from infra.components.database import Database
+from infra.components.deploy_runner import DeployRunner, deploy_runner_exports, image_repositories
 from infra.components.encryption import DataKey
 from infra.components.gameday import node_pool_names
 from infra.components.identity import WorkloadIdentity, game_day_identity
@@ -136,6 +137,17 @@ def build() -> None:
         obj.derive_alarm_window(objectives["artifact-store-unavailable"].rto_seconds),
         artifacts.replica_bucket_name, key.arn, cfg.observability.alarm_email,
     )
+
+    # The in-VPC deploy path: image builds and the application stack's `pulumi up` from
+    # CodeBuild inside the VPC, for private cluster endpoints (docs/infra.md).
+    if cfg.deploy_runner.enabled:
+        runner = DeployRunner(
+            f"{p}-runner", cfg.deploy_runner, naming, region, account_id, network.vpc_id,
+            network.private_subnet_ids, cluster.name, cluster.security_group_id,
+            image_repositories(registry.repositories), key.arn,
+            opts=pulumi.ResourceOptions(depends_on=[cluster]),
+        )
+        pulumi.export("deployRunner", deploy_runner_exports(runner))
 
     # --- exports: what the application stack reads (infra/layers/outputs.py) -------------
     pulumi.export(out.ENVIRONMENT, env.value)

@@ -66,3 +66,39 @@ def test_prod_needs_three_zones_and_nat_per_az() -> None:
 def test_mutable_image_tag_refused() -> None:
     msg = _error("dev", {"mlplatform:controlPlane": {"image": {"repository": "r/cp", "tag": "latest"}}})
     assert "tag 'latest' is mutable" in msg
+
+
+def test_deploy_runner_needs_a_backend_where_the_endpoint_is_private() -> None:
+    # staging's endpoint is private: the runner is on by default and needs the state backend
+    msg = _error("staging", {"mlplatform:deployRunner": {"backendUrl": None}})
+    assert "mlplatform:deployRunner: Value error, backendUrl is required" in msg
+    # dev's endpoint is public: off by default; switched on explicitly it needs one too
+    msg = _error("dev", {"mlplatform:deployRunner": {"enabled": True}})
+    assert "mlplatform:deployRunner: Value error, backendUrl is required" in msg
+
+
+def test_deploy_runner_default_follows_the_endpoint() -> None:
+    from infra.config import parse_stack_config
+    from tests.infra.harness import stack_config
+
+    def parsed(stack: str, cluster: dict | None = None) -> object:
+        raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items()
+               if k.startswith("mlplatform:")}
+        if cluster is not None:
+            raw["cluster"] = {**raw["cluster"], **cluster}
+        return parse_stack_config(raw).deploy_runner
+
+    assert parsed("dev").enabled is False
+    assert parsed("staging").enabled is True
+    assert parsed("staging", {"endpointPublicAccess": True,
+                              "publicAccessCidrs": ["203.0.113.0/24"]}).enabled is False
+    assert parsed("prod").backend_url == "s3://mlplatform-pulumi-state-prod"
+
+
+def test_deploy_runner_fields_are_checked() -> None:
+    msg = _error("staging", {"mlplatform:deployRunner": {"backendUrl": "gs://state"}})
+    assert "mlplatform:deployRunner.backendUrl: Value error, 'gs://state' is not a Pulumi backend" in msg
+    msg = _error("staging", {"mlplatform:deployRunner": {"timeoutMinutes": 600}})
+    assert "mlplatform:deployRunner.timeoutMinutes: Input should be less than or equal to 480" in msg
+    msg = _error("prod", {"mlplatform:deployRunner": {"computeTyp": "BUILD_GENERAL1_SMALL"}})
+    assert "mlplatform:deployRunner.computeTyp: unknown key" in msg

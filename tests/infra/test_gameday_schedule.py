@@ -58,7 +58,7 @@ def _pod(run: Run) -> dict[str, Any]:
 def _bucket_id(run: Run) -> str:
     """The artifact bucket's id (= its name in AWS; "<resource name>-id" under PlatformMocks),
     which the program exports as artifactBucket."""
-    return f"{run.one('aws:s3/bucket:Bucket').name}-id"
+    return f"{run.one('aws:s3/bucket:Bucket', 'artifacts-bucket').name}-id"
 
 
 def _error(stack: str, patch: dict[str, Any]) -> str:
