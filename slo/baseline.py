@@ -191,7 +191,8 @@ def compare_objective(check: Check, past: ArchivedObjective | None,
         return row("regressed" if c < b else "better" if c > b else "same", change)
     if current is None or check.status in ("not_measured", "no_data"):
         # a value that was not measured is never compared as if it were
-        return row("not measured", f"no value this run ({(check.status or 'no status').replace('_', ' ')})")
+        status = (check.status or "no status").replace("_", " ")
+        return row("not measured", f"no value to compare this run (status {status})")
     if past is None:
         return row("no baseline", "not in the baseline run")
     if base is None:

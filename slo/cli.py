@@ -20,7 +20,14 @@ _STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", "error": "bo
 
 def print_verdict(verdict: Verdict, console: Console) -> None:
     """One row per SLI, dropped evidence and per experiment; the reports carry the detail."""
-    from slo.report import dropped_text, experiment_status, headline, status_label
+    from slo.report import (
+        baseline_rows,
+        baseline_summary,
+        dropped_text,
+        experiment_status,
+        headline,
+        status_label,
+    )
 
     table = Table(title=f"gameday verdict {verdict.run_id} ({verdict.env})")
     for col in ("scope", "status", "measured / objective", "missed"):
@@ -61,6 +68,13 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
             ", ".join(missed),
         )
     console.print(table)
+    summary = baseline_summary(verdict)
+    if summary is not None:
+        console.print(summary, highlight=False)
+        for o, base, cur in baseline_rows(verdict):
+            if o.result == "regressed":
+                console.print(f"  [yellow]regressed[/] {o.id}: {base} -> {cur} ({o.change})",
+                              highlight=False)
     console.print(f"[{_STYLE[verdict.result]}]{headline(verdict)}[/]", highlight=False)
 
 
