@@ -109,11 +109,16 @@ def test_a_crash_mid_write_leaves_nothing_listed(tmp_path: Path, evaluated,
         return real_copy(src, dst)
 
     monkeypatch.setattr(shutil, "copy2", crash_after_two)
+    # a SIGKILL runs no cleanup: whatever was written so far stays on disk
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
     with pytest.raises(KeyboardInterrupt):
         archive.put(run_dir, verdict)
     assert archive.entries() == []
     assert not (tmp_path / "archive" / verdict.run_id).exists()
+    assert len(copied) == 2 and any((tmp_path / "archive" / ".incoming").iterdir())
     monkeypatch.setattr(shutil, "copy2", real_copy)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
     archive.put(run_dir, verdict)  # the crashed attempt does not block a retry
     assert [e.run_id for e in archive.entries()] == [verdict.run_id]
 
