@@ -163,10 +163,12 @@ class S3Archive:
         return self._key("index", f"{run_id}.json")
 
     def _put_new(self, key: str, body: bytes, run_id: str) -> None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+        except BotoCoreError as exc:
+            raise ArchiveError(f"s3://{self.bucket}/{key}: put failed: {exc}") from None
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
@@ -175,10 +177,12 @@ class S3Archive:
             raise ArchiveError(f"s3://{self.bucket}/{key}: put failed: {exc}") from None
 
     def _exists(self, key: str) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.head_object(Bucket=self.bucket, Key=key)
+        except BotoCoreError as exc:
+            raise ArchiveError(f"s3://{self.bucket}/{key}: {exc}") from None
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False

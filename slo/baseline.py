@@ -63,7 +63,7 @@ class Tolerances:
 class ArchivedObjective(BaseModel):
     """One objective of an archived run, as much as a later comparison needs."""
 
-    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
+    model_config = ConfigDict(extra="ignore")
 
     id: str
     experiment: str | None = None
@@ -76,7 +76,7 @@ class IndexEntry(BaseModel):
     """The index entry of one archived run (what `gameday history` lists and a baseline reads);
     the run's files are at `location`."""
 
-    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     schema_: str = Field(default=ENTRY_SCHEMA, alias="schema")
     run_id: str

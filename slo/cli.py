@@ -126,7 +126,7 @@ def evaluate_cmd(
     the evidence is unusable (or bad specs); 3 wins over 2 over 1. An objective that regressed
     against the --baseline-from run turns a pass into a warning (exit code unchanged).
     """
-    from slo.archive import ArchiveError, open_archive
+    from slo.archive import ArchiveError, LocalArchive, open_archive
     from slo.report import write_reports
 
     console = Console(stderr=False)
@@ -134,6 +134,9 @@ def evaluate_cmd(
         archive = open_archive(baseline_from) if baseline_from else None
     except ArchiveError as exc:
         raise click.ClickException(str(exc)) from None
+    if isinstance(archive, LocalArchive) and not archive.root.is_dir():
+        # named on purpose: a typo must not read as "no passing run yet"
+        raise click.ClickException(f"--baseline-from {baseline_from}: no such archive directory")
     try:
         verdict = evaluate_run(run_dir, env, baseline_dirs, relative_last, spec_dir, archive)
         specs = load_specs(verdict.env if env is None else env, spec_dir)

@@ -119,3 +119,11 @@ def test_runner_evaluate_without_archive_neither_compares_nor_archives(tmp_path:
     assert evaluate(cur, Console(record=True)) == 0
     assert Verdict.model_validate_json((cur / "verdict.json").read_text()).baseline is None
     assert not (tmp_path / "archive").exists()
+
+
+def test_evaluate_baseline_from_a_missing_directory_is_an_error(tmp_path: Path) -> None:
+    cur = _run(tmp_path / "cur")
+    r = _invoke("evaluate", str(cur), "--baseline-from", str(tmp_path / "typo"))
+    assert r.exit_code == 1
+    assert f"--baseline-from {tmp_path / 'typo'}: no such archive directory" in r.output
+    assert not (cur / "verdict.json").exists()

@@ -259,3 +259,21 @@ def test_the_archived_entry_keeps_what_a_later_comparison_needs(make_run) -> Non
     again = IndexEntry.model_validate_json(entry.model_dump_json(by_alias=True))
     assert {o.id: o.measured for o in again.objectives} == {c.id: c.measured for c in v.checks}
     assert again.passed and again.run_id == v.run_id
+
+
+def test_tolerances_are_declared_in_the_env_spec(make_run, tmp_path: Path, spec_copy: Path) -> None:
+    local = spec_copy / "env" / "local.yaml"
+    text = local.read_text()
+    assert "  gate:\n" in text
+    local.write_text(text.replace(
+        "  gate:\n", "  gate:\n    baselineTolerancePoints: 5\n    relativeTolerancePercent: 50\n", 1))
+    archive = LocalArchive(tmp_path / "archive")
+    base_run = make_run(ExperimentFixture("api-replica-loss"))
+    _archive_as_baseline(archive, base_run.path, evaluate_run(base_run.path), "baseline-1")
+    cur = make_run(ExperimentFixture("api-replica-loss", api_error_seconds=2.0))
+    default = evaluate_run(cur.path, baseline_archive=archive)
+    loose = evaluate_run(cur.path, spec_dir=spec_copy, baseline_archive=archive)
+    assert (loose.baseline.tolerance_points, loose.baseline.tolerance_percent) == (5, 50)
+    # about one point of availability lost: a regression at 0.1 points, the same within 5
+    assert "sli.api-availability" in default.baseline.ids("regressed")
+    assert "sli.api-availability" in loose.baseline.ids("same")
