@@ -179,7 +179,9 @@ def compare_objective(check: Check, past: ArchivedObjective | None,
     def row(result: BaselineResult, change: str) -> ObjectiveComparison:
         return ObjectiveComparison(id=check.id, experiment=check.experiment,
                                    objective=check.objective, kind=kind.value, baseline=base,
-                                   current=current, change=change, result=result)
+                                   current=current, change=change, result=result,
+                                   baseline_status=past.status if past is not None else None,
+                                   current_status=check.status)
 
     if kind is Kind.OUTCOME:
         if check.status not in _RANK:
@@ -187,7 +189,7 @@ def compare_objective(check: Check, past: ArchivedObjective | None,
         if past is None or past.status not in _RANK:
             return row("no baseline", "not in the baseline run")
         b, c = _RANK[past.status], _RANK[check.status]
-        change = f"{past.status} -> {check.status}"
+        change = "unchanged" if b == c else f"{past.status} -> {check.status}"
         return row("regressed" if c < b else "better" if c > b else "same", change)
     if current is None or check.status in ("not_measured", "no_data"):
         # a value that was not measured is never compared as if it were

@@ -262,4 +262,4 @@ def find_baseline(archive: Archive, run_id: str, suite: str, env: str,
                               f"no passing run of suite {suite} in env {env} before this one "
                               f"in {archive.location}")
     return BaselineSource(archive.location, entry,
-                          f"last passing run of suite {suite} in env {env}: {entry.run_id}")
+                          f"last passing run of suite {suite} in env {env}")

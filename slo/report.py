@@ -104,7 +104,11 @@ def baseline_rows(verdict: Verdict) -> list[tuple[ObjectiveComparison, str, str]
     """(row, baseline value, current value) for the baseline table of both reports."""
     if verdict.baseline is None:
         return []
-    return [(o, _baseline_value(o.kind, o.baseline), _baseline_value(o.kind, o.current))
+    def status(s: str | None) -> str:
+        return "n/a" if s is None else status_label(s)
+
+    return [(o, status(o.baseline_status), status(o.current_status)) if o.kind == "outcome"
+            else (o, _baseline_value(o.kind, o.baseline), _baseline_value(o.kind, o.current))
             for o in verdict.baseline.objectives]
 
 

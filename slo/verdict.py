@@ -161,6 +161,9 @@ class ObjectiveComparison(_M):
     current: float | None
     change: str
     result: BaselineResult
+    # the objective's status in each run (what an outcome objective compares)
+    baseline_status: str | None = None
+    current_status: str | None = None
 
 
 class BaselineComparison(_M):
