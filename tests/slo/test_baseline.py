@@ -23,7 +23,7 @@ from slo.baseline import (
 )
 from slo.evaluate import evaluate_run
 from slo.fixtures import ExperimentFixture
-from slo.report import headline, write_reports
+from slo.report import fmt_secs, headline, write_reports
 from slo.verdict import Check, Verdict
 
 TOL = Tolerances(percent=20.0, points=0.1)
@@ -190,7 +190,11 @@ def test_a_regressed_run_is_a_warning_in_every_output(make_run, tmp_path: Path) 
     assert line.startswith("WARNING") and line.endswith("(exit 0)")
     for text in (md, html):
         assert line in text
-    assert "| api-replica-loss.rto | 0.0s | 15.0s | +15.0s | **regressed** |" in md
+    base_rto = next(c.measured for c in base.checks if c.id == "api-replica-loss.rto")
+    cur_rto = next(c.measured for c in verdict.checks if c.id == "api-replica-loss.rto")
+    assert cur_rto > base_rto * (1 + TOL.percent / 100)
+    assert (f"| api-replica-loss.rto | {fmt_secs(base_rto)} | {fmt_secs(cur_rto)} | "
+            f"{cur_rto - base_rto:+.1f}s") in md and "| **regressed** |" in md
     assert '<span class="badge warning">regressed</span>' in html
 
 
