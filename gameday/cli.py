@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "env": ("infra.local.cli", "env_group", "Bring the local environment up/down, status, logs."),
     "fault": ("infra.local.cli", "fault_group", "Inject and revert faults in the local environment."),
     "evaluate": ("slo.cli", "evaluate_cmd", "Recompute SLIs and the gate verdict from a run directory."),
+    "history": ("slo.cli", "history_cmd", "List archived game-day runs (run history), newest first."),
     "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
     "run": ("gameday.run", "run_cmd", "Run a game day (faults under load) and print the verdict."),
     "gate": ("gameday.run", "gate_cmd", "CI SLO gate: a game day whose exit code gates the pipeline."),

@@ -45,6 +45,7 @@ from infra.schedule import (
 )
 from platforms import get_adapter
 from platforms import registry as platform_registry
+from slo.archive import Archive, ArchiveError, default_location, open_archive
 from slo.cli import print_verdict
 from slo.evaluate import EXIT_EVIDENCE, evaluate_run
 from slo.evidence import EvidenceError
@@ -92,6 +93,8 @@ class Options:
     freeze_file: Path = DEFAULT_FREEZE_FILE
     home: Path | None = None
     now: datetime | None = None
+    archive: str | None = None  # None: slo.archive.default_location(runs_dir)
+    no_archive: bool = False
 
 
 @dataclass
@@ -458,7 +461,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                     load={"exit_code": int(summary.exit_code), "reason": summary.reason,
                           "acknowledged": summary.acknowledged})
         collect.write_run_json(run_dir, info)
-    code = evaluate(run_dir, console)
+    code = evaluate(run_dir, console, None if opts.no_archive
+                    else opts.archive or default_location(opts.runs_dir))
     return EXIT_INTERRUPTED if interrupted else code
 
 
@@ -528,16 +532,31 @@ def _wait_healthy(env: Any, adapter: Any, timeout: float) -> tuple[bool, str]:
     return False, why
 
 
-def evaluate(run_dir: Path, console: Console) -> int:
-
+def evaluate(run_dir: Path, console: Console, archive_at: str | None = None) -> int:
+    """Evaluate the run; with `archive_at`, compare it with the last passing run of the same
+    suite and env there, then archive it (evidence, verdict and reports). A run that cannot be
+    archived is said in red; the exit code stays the verdict's (the evidence is in run_dir)."""
+    archive: Archive | None = None
+    if archive_at is not None:
+        try:
+            archive = open_archive(archive_at)
+        except ArchiveError as exc:
+            _say(console, f"[bold red]archive unusable[/]: {exc}: the run is not compared "
+                          "with a baseline nor archived")
     try:
-        verdict = evaluate_run(run_dir)
+        verdict = evaluate_run(run_dir, baseline_archive=archive)
     except (EvidenceError, SpecError) as exc:
         _say(console, f"[bold red]evidence unusable[/]: {exc}")
         return EXIT_EVIDENCE
     paths = write_reports(verdict, run_dir)
     print_verdict(verdict, console)
     _say(console, f"report: {paths['report.html']}\njunit: {paths['junit.xml']}")
+    if archive is not None:
+        try:
+            entry = archive.put(run_dir, verdict)
+            _say(console, f"archived: {entry.location}")
+        except (ArchiveError, OSError, ValueError) as exc:
+            _say(console, f"[bold red]not archived[/]: {exc}")
     return verdict.exit_code
 
 
@@ -566,6 +585,12 @@ def _options(f: Any) -> Any:
         click.option("--freeze-file", type=click.Path(path_type=Path, dir_okay=False),
                      default=DEFAULT_FREEZE_FILE, show_default=True,
                      help="Declared freeze windows (no injection inside them)."),
+        click.option("--archive", "archive", default=None, metavar="ARCHIVE",
+                     help="Run history: directory or s3://bucket/prefix the run is archived to "
+                          "and compared with [default: $GAMEDAY_ARCHIVE, else archive/ next to "
+                          "--runs-dir]."),
+        click.option("--no-archive", is_flag=True,
+                     help="Neither archive the run nor compare it with a baseline."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -578,7 +603,7 @@ def _build(suite: str, **kw: Any) -> Options:
                    runs_dir=kw["runs_dir"], target=kw["target"], allow_prod=kw["allow_prod"],
                    dry_run=kw["dry_run"], keep_env=not kw["down_after"],
                    load_scenario=kw["load_scenario"], freeze_file=kw["freeze_file"],
-                   home=resolve_home(None))
+                   home=resolve_home(None), archive=kw["archive"], no_archive=kw["no_archive"])
 
 
 @click.command("run")

@@ -20,7 +20,14 @@ _STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", "error": "bo
 
 def print_verdict(verdict: Verdict, console: Console) -> None:
     """One row per SLI, dropped evidence and per experiment; the reports carry the detail."""
-    from slo.report import dropped_text, experiment_status, headline, status_label
+    from slo.report import (
+        baseline_rows,
+        baseline_summary,
+        dropped_text,
+        experiment_status,
+        headline,
+        status_label,
+    )
 
     table = Table(title=f"gameday verdict {verdict.run_id} ({verdict.env})")
     for col in ("scope", "status", "measured / objective", "missed"):
@@ -61,6 +68,13 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
             ", ".join(missed),
         )
     console.print(table)
+    summary = baseline_summary(verdict)
+    if summary is not None:
+        console.print(summary, highlight=False)
+        for o, base, cur in baseline_rows(verdict):
+            if o.result == "regressed":
+                console.print(f"  [yellow]regressed[/] {o.id}: {base} -> {cur} ({o.change})",
+                              highlight=False)
     console.print(f"[{_STYLE[verdict.result]}]{headline(verdict)}[/]", highlight=False)
 
 
@@ -86,6 +100,14 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
     help="Compare with the last N passing baseline runs only.",
 )
 @click.option(
+    "--baseline-from",
+    "baseline_from",
+    default=None,
+    metavar="ARCHIVE",
+    help="Compare every objective with the last passing run of the same suite and env in "
+         "this archive (a directory or s3://bucket/prefix).",
+)
+@click.option(
     "--spec-dir", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True
 )
 def evaluate_cmd(
@@ -93,6 +115,7 @@ def evaluate_cmd(
     env: str | None,
     baseline_dirs: tuple[Path, ...],
     relative_last: int | None,
+    baseline_from: str | None,
     spec_dir: Path | None,
 ) -> None:
     """Recompute SLIs, recovery objectives and the gate verdict from RUN_DIR's raw evidence.
@@ -100,13 +123,22 @@ def evaluate_cmd(
     Writes verdict.json, junit.xml, report.md and report.html into RUN_DIR. Exit codes:
     0 pass (or warning), 1 an experiment failed or was not measured (steady state broken, no
     fault recorded), 2 a key objective was missed, 3 an expected experiment has no journal or
-    the evidence is unusable (or bad specs); 3 wins over 2 over 1.
+    the evidence is unusable (or bad specs); 3 wins over 2 over 1. An objective that regressed
+    against the --baseline-from run turns a pass into a warning (exit code unchanged).
     """
+    from slo.archive import ArchiveError, LocalArchive, open_archive
     from slo.report import write_reports
 
     console = Console(stderr=False)
     try:
-        verdict = evaluate_run(run_dir, env, baseline_dirs, relative_last, spec_dir)
+        archive = open_archive(baseline_from) if baseline_from else None
+    except ArchiveError as exc:
+        raise click.ClickException(str(exc)) from None
+    if isinstance(archive, LocalArchive) and not archive.root.is_dir():
+        # named on purpose: a typo must not read as "no passing run yet"
+        raise click.ClickException(f"--baseline-from {baseline_from}: no such archive directory")
+    try:
+        verdict = evaluate_run(run_dir, env, baseline_dirs, relative_last, spec_dir, archive)
         specs = load_specs(verdict.env if env is None else env, spec_dir)
     except (EvidenceError, SpecError) as exc:
         Console(stderr=True).print(f"[bold red]evidence unusable[/]: {exc}", highlight=False)
@@ -225,3 +257,46 @@ def compare_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     output.write_text(render_html(verdicts) if output.suffix == ".html"
                       else render_markdown(verdicts))
     click.echo(f"wrote {output}")
+
+
+@click.command("history")
+@click.option("--archive", "location", default=None, metavar="ARCHIVE",
+              help="Archive directory or s3://bucket/prefix [default: $GAMEDAY_ARCHIVE, else "
+                   "archive/ next to ./runs].")
+@click.option("--suite", default=None, help="Only runs of this suite.")
+@click.option("--env", default=None, help="Only runs in this environment.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Show at most this many runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the index entries as JSON.")
+def history_cmd(location: str | None, suite: str | None, env: str | None, limit: int,
+                as_json: bool) -> None:
+    """List archived game-day runs, newest first: id, time, suite, env, result, score, exit."""
+    import json
+    from datetime import UTC, datetime
+
+    from slo.archive import ArchiveError, default_location, open_archive
+    from slo.baseline import select
+
+    where = location or default_location()
+    try:
+        entries = select(open_archive(where).entries(), suite, env, limit)
+    except ArchiveError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([e.model_dump(mode="json", by_alias=True) for e in entries],
+                              indent=2))
+        return
+    if not entries:
+        click.echo(f"no archived runs in {where}"
+                   + (f" (suite {suite})" if suite else "") + (f" (env {env})" if env else ""))
+        return
+    table = Table(title=f"game-day runs in {where}, newest first")
+    for col in ("run", "started (UTC)", "suite", "env", "result", "score", "exit", "baseline"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e.run_id, datetime.fromtimestamp(e.started_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            e.suite, e.env, f"[{_STYLE.get(e.result, 'dim')}]{e.result}[/]",
+            "n/a" if e.score is None else f"{e.score:.1f}", str(e.exit_code),
+            e.baseline_run or "-")
+    Console(width=200).print(table)

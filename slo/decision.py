@@ -8,6 +8,10 @@ Precedence 3 > 2 > 1 > 0:
   1  an experiment failed, or ran but was not measured (steady state broken, no fault)
   0  the gate passed or warned
 `result` is "pass"/"warning" only with exit 0, "fail" with 1 or 2, "error" with 3.
+
+An objective that regressed against the last passing run (slo/baseline.py) is named in the
+reason and turns a "pass" into a "warning"; it never changes the exit code: relative criteria
+flag a trend, the absolute objectives decide the gate.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def decide(
     experiments: Sequence[ExperimentResult],
     gate: GateOutcome,
     warning_score: float,
+    regressed: Sequence[str] = (),
+    baseline_run: str | None = None,
 ) -> Decision:
     missing = [e for e in experiments if not e.journal_present]
     not_measured = [e for e in experiments if e.journal_present and not e.measured]
@@ -60,6 +66,9 @@ def decide(
     if not_measured:
         causes.append("not measured: " + ", ".join(
             f"{e.name} ({e.not_measured_reason})" for e in not_measured))
+    if regressed:
+        causes.append(f"regressed against last passing run {baseline_run}: "
+                      + ", ".join(regressed))
 
     if missing:
         code = EXIT_EVIDENCE
@@ -82,5 +91,6 @@ def decide(
         causes.append("no data (not scored): " + ", ".join(no_data))
     result = ("error" if code == EXIT_EVIDENCE
               else "fail" if code != EXIT_PASS
+              else Status.WARNING.value if regressed
               else gate.status.value)
     return Decision(result, code, "; ".join(causes))

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
 from slo import budget, sli
+from slo.archive import Archive, ArchiveError
+from slo.baseline import IndexEntry, Tolerances, compare, last_passing
 from slo.checks import build_checks
 from slo.decision import EXIT_EVIDENCE, EXIT_EXPERIMENT, EXIT_OBJECTIVE, EXIT_PASS, decide
 from slo.dropped import PROM_QUERY as DROPPED_QUERY
@@ -137,6 +140,15 @@ def _baselines(dirs: Sequence[Path], last: int | None) -> tuple[dict[str, float]
     return {k: fmean(vs) for k, vs in values.items()}, [v.run_id for v in passing]
 
 
+@dataclass(frozen=True)
+class BaselineSource:
+    """Where the baseline was looked for, what was found (None: no passing run) and why."""
+
+    archive: str
+    entry: IndexEntry | None
+    note: str
+
+
 def _report_order(evidence: Evidence, present: list[str]) -> list[str]:
     """Expected experiments in run order, then any journal the suite did not name."""
     return list(dict.fromkeys([*evidence.expected, *present]))
@@ -147,6 +159,7 @@ def evaluate_evidence(
     specs: Specs,
     baseline_dirs: Sequence[Path] = (),
     relative_last: int | None = None,
+    baseline_source: BaselineSource | None = None,
 ) -> Verdict:
     run = RunIndex.of(evidence, specs)
     outcomes = compute_outcomes(run)
@@ -173,7 +186,12 @@ def evaluate_evidence(
         specs.gate.pass_score,
         specs.gate.warning_score,
     )
-    decision = decide(checks, experiments, gate, specs.gate.warning_score)
+    comparison = None if baseline_source is None else compare(
+        checks, baseline_source.entry, baseline_source.archive, baseline_source.note,
+        Tolerances(specs.gate.relative_tolerance_percent, specs.gate.baseline_tolerance_points))
+    decision = decide(checks, experiments, gate, specs.gate.warning_score,
+                      comparison.ids("regressed") if comparison else (),
+                      comparison.run_id if comparison else None)
     findings = [f for e in experiments for f in e.findings]
     findings += [
         f"SLI {s.name} missed its objective ({s.value:.5f} < {s.target:g})"
@@ -204,6 +222,7 @@ def evaluate_evidence(
         not_applicable=dict(evidence.run.not_applicable),
         evidence_dropped=dropped.total,
         evidence_dropped_by_agent=dropped.by_agent,
+        baseline=comparison,
     )
 
 
@@ -213,9 +232,34 @@ def evaluate_run(
     baseline_dirs: Sequence[str | Path] = (),
     relative_last: int | None = None,
     spec_dir: str | Path | None = None,
+    baseline_archive: Archive | None = None,
 ) -> Verdict:
     """Recompute the verdict from a run directory. `env` defaults to run.json's env.
-    Raises EvidenceError (exit 3) or slo.specs.SpecError."""
+    With `baseline_archive`, every objective is compared with the last passing archived run
+    of the same suite and env (slo/baseline.py). Raises EvidenceError (exit 3) or
+    slo.specs.SpecError."""
     evidence = load_evidence(run_dir)
     specs = load_specs(env or evidence.run.env, spec_dir)
-    return evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs], relative_last)
+    source = None
+    if baseline_archive is not None:
+        r = evidence.run
+        source = find_baseline(baseline_archive, r.run_id, r.suite, r.env, ts(r.started_at))
+    return evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs], relative_last,
+                             source)
+
+
+def find_baseline(archive: Archive, run_id: str, suite: str, env: str,
+                  started_at: float) -> BaselineSource:
+    """The last passing run of `suite` in `env` before this one. An unreadable archive is no
+    baseline, said in the note: the run's own verdict must not depend on its history."""
+    try:
+        entries = archive.entries()
+    except ArchiveError as exc:
+        return BaselineSource(archive.location, None, f"no baseline: archive unreadable: {exc}")
+    entry = last_passing(entries, suite, env, run_id, started_at)
+    if entry is None:
+        return BaselineSource(archive.location, None,
+                              f"no passing run of suite {suite} in env {env} before this one "
+                              f"in {archive.location}")
+    return BaselineSource(archive.location, entry,
+                          f"last passing run of suite {suite} in env {env}")

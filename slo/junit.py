@@ -3,7 +3,11 @@ and every objective), so CI shows exactly which promise broke.
 
 fail -> <failure>; not_measured -> <error> (the experiment did not run as designed, so the
 objective was never tested; message = the reason); no_data (non-key SLI) -> <skipped>;
-warning -> passes with a note. The root carries the verdict's result and exit code."""
+warning -> passes with a note. The root carries the verdict's result and exit code.
+
+With a baseline (slo/baseline.py), a `baseline` suite holds one case per objective: regressed
+passes with a WARNING note (a regression turns the gate into a warning, never a failure),
+"no baseline" and "not measured" are skipped with the reason."""
 
 from __future__ import annotations
 
@@ -57,6 +61,22 @@ def junit_xml(verdict: Verdict) -> str:
         case = ET.SubElement(suite, "testcase", classname=f"gameday.{name}",
                              name=f"{name}.experiment")
         ET.SubElement(case, "skipped", message=f"not applicable to {verdict.platform}: {why}")
+    if verdict.baseline is not None:
+        b = verdict.baseline
+        root.set("baseline_run", b.run_id or "")
+        suite = ET.SubElement(root, "testsuite", name="baseline")
+        for o in b.objectives:
+            case = ET.SubElement(suite, "testcase", classname="gameday.baseline",
+                                 name=f"{o.id}.baseline", time="0")
+            detail = (f"baseline run: {b.run_id or 'none'}\nbaseline: {o.baseline}\n"
+                      f"current: {o.current}\nchange: {o.change}")
+            if o.result in ("no baseline", "not measured"):
+                ET.SubElement(case, "skipped", message=f"{o.result}: {o.change}")
+            elif o.result == "regressed":
+                ET.SubElement(case, "system-out").text = (
+                    f"WARNING: regressed against run {b.run_id}: {o.change}\n{detail}")
+            else:
+                ET.SubElement(case, "system-out").text = f"{o.result}: {o.change}\n{detail}"
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for suite in root:
         cases = suite.findall("testcase")

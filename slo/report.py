@@ -6,6 +6,7 @@ raw evidence files are never touched."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from slo.charts import legend_items, timeline_svg
 from slo.durations import format_duration
 from slo.junit import junit_xml
 from slo.specs import Specs, load_specs
-from slo.verdict import Check, Verdict
+from slo.verdict import Check, ObjectiveComparison, Verdict
 
 OUTPUTS = ("verdict.json", "junit.xml", "report.md", "report.html")
 _TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -74,6 +75,43 @@ def dropped_text(verdict: Verdict) -> str:
     return f"{verdict.evidence_dropped} events" + (f" ({by_agent})" if by_agent else "")
 
 
+def _baseline_value(kind: str, v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if kind == "ratio":
+        return fmt_pct(v)
+    if kind == "duration":
+        return fmt_secs(v)
+    return "unbounded" if v == float("inf") else f"{v:g}"
+
+
+def baseline_summary(verdict: Verdict) -> str | None:
+    """One sentence on the comparison with the last passing run (None: not compared)."""
+    b = verdict.baseline
+    if b is None:
+        return None
+    n = Counter(o.result for o in b.objectives)
+    counts = ", ".join(f"{n[r]} {r}" for r in ("regressed", "better", "same", "no baseline",
+                                               "not measured") if n[r])
+    head = (f"Compared with run {b.run_id}" if b.run_id is not None
+            else "No baseline")
+    return (f"{head} ({b.note}; durations within +/-{b.tolerance_percent:g}%, ratios within "
+            f"{b.tolerance_points:g} points count as the same; archive {b.archive}): "
+            f"{counts or 'no objectives'}.")
+
+
+def baseline_rows(verdict: Verdict) -> list[tuple[ObjectiveComparison, str, str]]:
+    """(row, baseline value, current value) for the baseline table of both reports."""
+    if verdict.baseline is None:
+        return []
+    def status(s: str | None) -> str:
+        return "n/a" if s is None else status_label(s)
+
+    return [(o, status(o.baseline_status), status(o.current_status)) if o.kind == "outcome"
+            else (o, _baseline_value(o.kind, o.baseline), _baseline_value(o.kind, o.current))
+            for o in verdict.baseline.objectives]
+
+
 def render_markdown(verdict: Verdict) -> str:
     lines = [
         f"# Game day {verdict.run_id}: {verdict.result.upper()}",
@@ -92,6 +130,15 @@ def render_markdown(verdict: Verdict) -> str:
     if verdict.not_applicable:
         lines += [f"## Not applicable to {verdict.platform}", ""] + [
             f"- {name}: {why}" for name, why in sorted(verdict.not_applicable.items())] + [""]
+    summary = baseline_summary(verdict)
+    if summary is not None:
+        lines += ["## Baseline: last passing run of this suite and env", "", summary, "",
+                  "| objective | baseline | current | change | verdict |",
+                  "| --- | ---: | ---: | --- | --- |"]
+        for o, base, cur in baseline_rows(verdict):
+            result = f"**{o.result}**" if o.result == "regressed" else o.result
+            lines.append(f"| {o.id} | {base} | {cur} | {o.change} | {result} |")
+        lines.append("")
     lines += [
         "## SLIs over the run",
         "",
@@ -199,6 +246,8 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
                 "not_measured": statuses.count("not_measured"),
                 "no_data": statuses.count("no_data")},
         headline=headline(verdict),
+        baseline_summary=baseline_summary(verdict),
+        baseline_rows=baseline_rows(verdict),
         score_text=score_text(verdict),
         dropped=dropped_text(verdict),
         check_by_id={c.id: c for c in verdict.checks},

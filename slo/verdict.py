@@ -146,6 +146,42 @@ class ExperimentResult(_M):
     findings: list[str] = Field(default_factory=list)
 
 
+BaselineResult = Literal["better", "same", "regressed", "no baseline", "not measured"]
+
+
+class ObjectiveComparison(_M):
+    """One objective of this run next to the same objective in the baseline run
+    (slo/baseline.py). `current`/`baseline` are None when there is nothing to compare."""
+
+    id: str
+    experiment: str | None
+    objective: str
+    kind: str  # duration / ratio / count / outcome: what "worse" means (slo/baseline.py)
+    baseline: float | None
+    current: float | None
+    change: str
+    result: BaselineResult
+    # the objective's status in each run (what an outcome objective compares)
+    baseline_status: str | None = None
+    current_status: str | None = None
+
+
+class BaselineComparison(_M):
+    """The run compared with the last passing archived run of the same suite and environment.
+    `run_id` is None when there was none; every objective then says "no baseline"."""
+
+    archive: str
+    run_id: str | None
+    started_at: float | None = None
+    note: str
+    tolerance_percent: float
+    tolerance_points: float
+    objectives: list[ObjectiveComparison] = Field(default_factory=list)
+
+    def ids(self, result: BaselineResult) -> list[str]:
+        return [o.id for o in self.objectives if o.result == result]
+
+
 class Verdict(_M):
     schema_: str = Field(default=SCHEMA, alias="schema")
     run_id: str
@@ -170,6 +206,8 @@ class Verdict(_M):
     # events agents report they dropped before delivery (slo/dropped.py); None in old verdicts
     evidence_dropped: int | None = None
     evidence_dropped_by_agent: dict[str, int] = Field(default_factory=dict)
+    # the last passing archived run of the same suite and env (`gameday gate`, `--baseline-from`)
+    baseline: BaselineComparison | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

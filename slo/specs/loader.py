@@ -531,6 +531,7 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "weightInvariant": "weight_invariant",
             "weightExperiment": "weight_experiment",
             "relativeTolerancePercent": "relative_tolerance_percent",
+            "baselineTolerancePoints": "baseline_tolerance_points",
         },
     ),
     "rules": (

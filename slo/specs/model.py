@@ -185,6 +185,9 @@ class GateSettings(_Frozen):
     weight_experiment: float = Field(default=1.0, ge=0)
     # relative criteria vs the last N passing runs: durations may grow by this much
     relative_tolerance_percent: float = Field(default=20.0, ge=0)
+    # vs the last passing archived run (slo/baseline.py): ratio SLIs may drop this many
+    # percentage points; durations use relative_tolerance_percent
+    baseline_tolerance_points: float = Field(default=0.1, ge=0)
 
 
 class Specs(_Frozen):
