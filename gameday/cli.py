@@ -26,7 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
                  "Prove each experiment catches its seeded control-plane defect (test only)."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
     "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
-    "infra": ("infra.cli", "infra_group", "Pulumi stacks: drift; image build and deploy through the in-VPC runner."),
+    "infra": ("infra.cli", "infra_group",
+              "Pulumi stacks: drift, image build and deploy (in-VPC runner), EKS token."),
 }
 
 

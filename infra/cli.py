@@ -16,7 +16,7 @@ EXIT_DRIFT = 3  # distinct from click's 1 (error) and 2 (usage)
 
 @click.group("infra")
 def infra_group() -> None:
-    """Commands about the Pulumi stacks (dev, staging, prod)."""
+    """The Pulumi stacks: platform (dev, staging, prod) and application (<env>-app)."""
 
 
 def _lock(target: Path | None, env: str, lock_file: Path | None) -> Any:
