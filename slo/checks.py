@@ -2,7 +2,8 @@
 
 Statuses (slo/scoring.py): pass / warning / fail are scored; `not_measured` marks every
 objective of an experiment that did not run as designed (never a number, never a pass);
-`no_data` marks a non-key SLI without events. A key SLI without data fails ("no data").
+`no_data` marks a non-key SLI without events, or a non-key objective whose Prometheus evidence
+was lost (slo/telemetry.py). A key one without data fails ("no data").
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def experiment_checks(
         for name in e.expected_alerts:
             checks.append(_not_measured(
                 f"{x}.alert.{name}", e, f"alert {name} fires when the SLO it guards is breached",
-                str(FIRED), g.weight_alert, False))
+                str(FIRED), g.weight_alert, name in g.key_alerts))
         for name in invariants:
             checks.append(_not_measured(f"{x}.invariant.{name}", e, f"invariant {name} holds",
                                         str(NONE), g.weight_invariant, True))
@@ -195,9 +196,19 @@ def experiment_checks(
         baseline, f"{e.artifacts_missing} reported writes or results not complete in the store",
     ))
     for a in e.alerts:
+        key = a.name in g.key_alerts
+        if a.no_data is not None:
+            # Prometheus evidence lost (slo/telemetry.py): never a pass, never a number
+            checks.append(_check(
+                f"{x}.alert.{a.name}", x,
+                f"alert {a.name} fires when the SLO it guards is breached", None, [FIRED, rel],
+                [FIRED], g.weight_alert, key, {}, f"{NO_DATA}: {a.no_data}",
+                missing=Status.FAIL if key else Status.NO_DATA,
+            ))
+            continue
         checks.append(_check(
             f"{x}.alert.{a.name}", x, f"alert {a.name} fires when the SLO it guards is breached",
-            a.fired_after_seconds, [FIRED, rel], [FIRED], g.weight_alert, False, baseline,
+            a.fired_after_seconds, [FIRED, rel], [FIRED], g.weight_alert, key, baseline,
             f"fired {a.fired_after_seconds:.1f}s after fault start" if a.fired
             else "silent: never fired" if a.required else f"silent, correctly: {a.note}",
             missing=Status.FAIL if a.required else Status.PASS,

@@ -178,7 +178,10 @@ def evaluate_evidence(
         judged[name] if name in judged else missing_experiment(run, name)
         for name in _report_order(evidence, [e.name for e in ordered])
     ]
-    dropped = dropped_evidence(evidence.events, evidence.prometheus.get(DROPPED_QUERY))
+    # a failed drop-counter query is no cross-check, not a count of zero (slo/telemetry.py)
+    drop_query = evidence.prometheus.get(DROPPED_QUERY)
+    dropped = dropped_evidence(evidence.events,
+                               None if drop_query is None or drop_query.error else drop_query)
     baseline, baseline_runs = _baselines(baseline_dirs, relative_last)
     checks = build_checks(specs, slis, experiments, baseline, dropped)
     gate = gate_outcome(

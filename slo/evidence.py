@@ -176,6 +176,12 @@ class PromQuery(_Record):
     name: str
     query: str
     series: tuple[PromSeries, ...]
+    # the collector's record of a failed query (Prometheus down, HTTP error): no series then
+    error: str | None = None
+    # the query_range the collector asked for (epoch seconds), when the file records it
+    start: float | None = None
+    end: float | None = None
+    step: float | None = None
 
 
 class GamedayExtension(_Record):
@@ -387,6 +393,12 @@ def _parse_prometheus(raw: Any, name: str, where: str) -> PromQuery:
     if not isinstance(raw, dict):
         raise EvidenceError(f"{where}: must be a JSON object")
     response = raw.get("response", raw)
+    bounds = {k: _number(raw.get(k)) for k in ("start", "end", "step")}
+    if isinstance(response, dict) and response.get("status", "success") != "success":
+        # the collector keeps a failed query instead of inventing an empty result
+        error = response.get("error") or response.get("errorType") or response["status"]
+        return PromQuery(name=name, query=str(raw.get("query", "")), series=(),
+                         error=str(error), **bounds)
     data = response.get("data") if isinstance(response, dict) else None
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise EvidenceError(
@@ -401,7 +413,14 @@ def _parse_prometheus(raw: Any, name: str, where: str) -> PromQuery:
             raise EvidenceError(
                 f"{where}: field response.data.result[{i}]: not a matrix series"
             ) from None
-    return PromQuery(name=name, query=str(raw.get("query", "")), series=tuple(series))
+    return PromQuery(name=name, query=str(raw.get("query", "")), series=tuple(series), **bounds)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def load_evidence(run_dir: str | Path) -> Evidence:

@@ -19,6 +19,7 @@ from slo.run_index import RunIndex, burn, observation_seconds
 from slo.sli import Outcome, ts
 from slo.specs import Specs
 from slo.specs.model import RecoveryObjective
+from slo.telemetry import TelemetryLoss, telemetry_loss
 from slo.verdict import AlertResult, ExperimentResult, InvariantOutcome, SliWindow
 
 # generic event kinds -> the automation they show (docs/EVIDENCE.md, "events.jsonl")
@@ -296,15 +297,20 @@ def recovery(windows: Sequence[SliWindow]) -> Recovery:
 
 
 def alerts(run: RunIndex, exp: ExperimentEvidence, names: Sequence[str],
-           outcomes: dict[str, list[Outcome]], s: Span) -> list[AlertResult]:
+           outcomes: dict[str, list[Outcome]], s: Span,
+           lost: TelemetryLoss | None = None) -> list[AlertResult]:
     """Each expected alert: when it fired, and whether it had to (it is required when the SLO
-    it guards breached while the fault lasted)."""
+    it guards breached while the fault lasted). With the window's Prometheus evidence lost,
+    nothing is known about any of them: no data, never "silent, correctly"."""
     specs, cfg = run.specs, run.specs.evaluation
     if names and "alerts" not in run.evidence.prometheus:
         raise EvidenceError(
             f"prometheus/alerts.json: missing, but experiment {exp.name} expects "
             f"{', '.join(names)} (keep a query_range of ALERTS in the evidence)"
         )
+    if lost is not None:
+        return [AlertResult(name=name, fired=False, fired_at=None, fired_after_seconds=None,
+                            no_data=lost.reason) for name in names]
     guarded = {specs.slo(n).alert_name: n for n in specs.slo_names}
     during_fault: dict[str, float | None] = {}
     out = []
@@ -434,7 +440,7 @@ def findings(name: str, j: Journal, fired: Sequence[AlertResult], r: Rpo,
              held: Sequence[InvariantOutcome]) -> list[str]:
     """One line per thing a reader of the verdict must look at."""
     out = [f"{name}: expected alert {a.name} stayed silent"
-           for a in fired if not a.fired and a.required]
+           for a in fired if not a.fired and a.required and a.no_data is None]
     if r.torn:
         out.append(f"{name}: resumed from {r.torn} torn (incomplete) checkpoint(s)")
     if r.acknowledged.matched_by_key_only:
@@ -475,7 +481,9 @@ def evaluate_experiment(
     s = span(run, d, start, end, window, next_start)
     windows = [sli_window(run, name, outcomes[name], s) for name in d.slos]
     rec = recovery(windows)
-    fired = alerts(run, exp, d.alerts, outcomes, s)
+    # Prometheus evidence over the window the alerts are looked for in (slo/telemetry.py)
+    lost_telemetry = telemetry_loss(run.evidence.prometheus, s.fault_start, s.horizon)
+    fired = alerts(run, exp, d.alerts, outcomes, s, lost_telemetry)
     detected_after, detected_by = detection(windows, fired, s.fault_start)
     reqs = requests(run, s)
     counts, manual = automation(run, s)
@@ -509,6 +517,11 @@ def evaluate_experiment(
         accepted_result_basis=basis,
         slis=windows,
         alerts=fired,
+        telemetry_lost=lost_telemetry.reason if lost_telemetry else None,
         invariants=held,
-        findings=findings(exp.name, exp.journal, fired, lost, held),
+        findings=findings(exp.name, exp.journal, fired, lost, held) + (
+            [(f"{exp.name}: Prometheus evidence lost ({lost_telemetry.reason}): alert "
+              "objectives are no data; durability is still decided by the ledger and the store "
+              "snapshot")]
+            if lost_telemetry else []),
     )

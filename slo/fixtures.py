@@ -52,6 +52,9 @@ class ExperimentFixture:
     # API requests fail (503) from this long after the fault ended until the run ends:
     # the system is stuck for good after the fault
     stuck_after_fault: float | None = None
+    # Prometheus was down from the fault start to the journal end: no scrape and no ALERTS
+    # sample in that stretch (prometheus/scrapes.json has a gap; slo/telemetry.py)
+    telemetry_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class FixtureSpec:
     agents: bool = True  # write snapshot/agents.jsonl
     report_writes: bool = True  # False: no checkpoint/artifact write reported (a key SLI, no data)
     list_experiments: bool = True  # run.json carries `experiments` and `experiment_status`
+    scrapes: bool = True  # write prometheus/scrapes.json (Prometheus's own liveness)
+    # prometheus/<name>.json recorded as failed by the collector (Prometheus unreachable)
+    failed_queries: tuple[str, ...] = ()
 
 
 @dataclass
@@ -393,6 +399,8 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
         for alert, delay in x.alerts.items() if _injected(x) else ():
             first = T0.timestamp() + fault + delay
             values = [[first + 5 * i, "1"] for i in range(int((FAULT_SECONDS + 30) / 5))]
+            if x.telemetry_lost:  # Prometheus was down: it evaluated no rule
+                values = [v for v in values if not fault <= v[0] - T0.timestamp() <= end]
             alert_series.append(
                 {
                     "metric": {
@@ -495,6 +503,16 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
             }
         )
     )
+    down = [(fault, end) for x, _, end, fault in windows if x.telemetry_lost and _injected(x)]
+    if spec.scrapes:
+        points = [[T0.timestamp() + k * 5.0, "8"] for k in range(int(run_end / 5.0) + 1)
+                  if not any(a <= k * 5.0 <= b for a, b in down)]
+        _prom_file(root, "scrapes", "count(count_over_time(up[1m]))", run_end,
+                   {"status": "success", "data": {"resultType": "matrix", "result": [
+                       {"metric": {}, "values": points}]}})
+    for name in spec.failed_queries:
+        _prom_file(root, name, name, run_end, {"status": "error", "error": (
+            "All connection attempts failed")})
     info: dict[str, Any] = {
         "run_id": f"fixture-{spec.seed}",
         "env": spec.env,
@@ -514,6 +532,14 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
         }
     (root / "run.json").write_text(json.dumps(info))
     return FixtureRun(root, spec, {x.name: T0.timestamp() + f for x, _, _, f in windows}, lost_keys)
+
+
+def _prom_file(root: Path, name: str, query: str, run_end: float,
+               response: dict[str, Any]) -> None:
+    """prometheus/<name>.json as gameday/collect.py writes it (a failed query too)."""
+    (root / "prometheus" / f"{name}.json").write_text(json.dumps({
+        "query": query, "start": T0.timestamp(), "end": T0.timestamp() + run_end, "step": 5,
+        "response": response}))
 
 
 def example_experiments() -> tuple[ExperimentFixture, ...]:

@@ -79,6 +79,9 @@ class AlertResult(_M):
     # burn-rate alert must not page then, so silence is correct (not a detection gap)
     required: bool = True
     note: str | None = None
+    # why the Prometheus evidence of the window is lost (slo/telemetry.py): then nothing is
+    # known about the alert, and its check is "no data"
+    no_data: str | None = None
 
 
 class InvariantOutcome(_M):
@@ -139,6 +142,9 @@ class ExperimentResult(_M):
     accepted_result_basis: str | None = None
     slis: list[SliWindow] = Field(default_factory=list)
     alerts: list[AlertResult] = Field(default_factory=list)
+    # why the experiment's Prometheus evidence is lost (slo/telemetry.py); its
+    # Prometheus-dependent objectives are then "no data"
+    telemetry_lost: str | None = None
     invariants: list[InvariantOutcome] = Field(default_factory=list)
     # every invariant the experiment is judged by (objective's + the experiment's own)
     invariant_names: list[str] = Field(default_factory=list)

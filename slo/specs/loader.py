@@ -524,6 +524,7 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "passScore": "pass_score",
             "warningScore": "warning_score",
             "keySlis": "key_slis",
+            "keyAlerts": "key_alerts",
             "weightSli": "weight_sli",
             "weightRto": "weight_rto",
             "weightRpo": "weight_rpo",
@@ -697,6 +698,11 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     for i, name in enumerate(gate.key_slis):
         if name not in slo_names:
             raise env_doc.error(f"spec.gate.keySlis[{i}]", f"no SLO named {name!r}")
+    for i, name in enumerate(gate.key_alerts):
+        if name not in alert_names:
+            raise env_doc.error(f"spec.gate.keyAlerts[{i}]",
+                                f"no generated alert named {name!r} "
+                                f"(known: {', '.join(sorted(alert_names))})")
     if gate.warning_score > gate.pass_score:
         raise env_doc.error("spec.gate.warningScore", "must not exceed passScore")
     return Specs(

@@ -176,6 +176,9 @@ class GateSettings(_Frozen):
     pass_score: float = Field(default=90.0, ge=0, le=100)
     warning_score: float = Field(default=75.0, ge=0, le=100)
     key_slis: tuple[str, ...] = ()
+    # alerts whose objective is key (a silent required one, or one without Prometheus
+    # evidence, fails the gate); the others are scored, or reported as no data
+    key_alerts: tuple[str, ...] = ()
     weight_sli: float = Field(default=1.0, ge=0)
     weight_rto: float = Field(default=2.0, ge=0)
     weight_rpo: float = Field(default=3.0, ge=0)
