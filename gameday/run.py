@@ -52,6 +52,7 @@ from slo.evidence import EvidenceError
 from slo.report import write_reports
 from slo.run_index import observation_seconds
 from slo.specs import SpecError, load_specs
+from slo.telemetry import SCRAPES_PROMQL, SCRAPES_QUERY
 
 LOCAL_ENVS = ("local",)
 CLOUD_ENVS = ("dev", "staging", "prod")
@@ -65,6 +66,8 @@ PROM_QUERIES = {
     "api_requests": "sum by (code) (rate(haproxy_backend_http_responses_total[30s]))",
     # agents count every event they had to drop (slo/dropped.py reads the increase per agent)
     "evidence_dropped": "sum by (agent) (controlplane_agent_events_dropped_total)",
+    # Prometheus's own liveness: a gap means its evidence of that stretch is lost (slo/telemetry.py)
+    SCRAPES_QUERY: SCRAPES_PROMQL,
 }
 # No HAProxy in front of the API in the cloud (a Service): its metric does not exist there.
 CLOUD_PROM_QUERIES = {k: q for k, q in PROM_QUERIES.items() if k != "api_requests"}

@@ -28,3 +28,6 @@ METRICS: dict[str, str] = {
     "dispatch_latency": "controlplane_dispatch_latency_seconds",
     "scheduling_delay": "controlplane_scheduling_delay_seconds",
 }
+
+# keys above that are label values, not metric names (the absent-data rules skip them)
+LABEL_VALUE_KEYS = frozenset({"api_backend_regex", "artifact_write_ok"})

@@ -14,7 +14,7 @@ from typing import Any
 
 from slo.budget import scaled_window
 from slo.durations import format_duration
-from slo.metrics import METRICS
+from slo.metrics import LABEL_VALUE_KEYS, METRICS
 from slo.specs import IndicatorKind, Slo, SpecError, Specs
 
 RULES_VERSION = "gameday-slo-rules/v1"
@@ -159,6 +159,75 @@ def alert_rules(slo: Slo, specs: Specs) -> list[dict[str, Any]]:
     ]
 
 
+TELEMETRY_RUNBOOK = "telemetry-loss"
+# the SLO's inputs must have been seen this recently, or the SLO has no data
+NO_DATA_WINDOW = "15m"
+# a scrape job that exported an SLO's inputs this recently is expected to still be scraped
+INPUT_JOB_LOOKBACK = "1h"
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def input_metrics(slo: Slo) -> list[str]:
+    """The metric names the SLO's generated rules read (a histogram's `_count` series)."""
+    prom = slo.indicator.prometheus
+    if prom is None:
+        return []
+    templates = [prom.bad, prom.total, prom.query, prom.good_query]
+    keys = [k for t in templates if t for k in _PLACEHOLDER.findall(t)]
+    names = [METRICS[k] for k in dict.fromkeys(keys) if k in METRICS and k not in LABEL_VALUE_KEYS]
+    return [f"{n}_count" if prom.histogram else n for n in names]
+
+
+def _telemetry_annotations(summary: str, description: str) -> dict[str, str]:
+    return {"summary": summary, "description": description, "runbook": TELEMETRY_RUNBOOK,
+            "runbook_url": f"runbooks/{TELEMETRY_RUNBOOK}.md"}
+
+
+def telemetry_rules(specs: Specs) -> list[dict[str, Any]]:
+    """Absent-data alerts: per SLO, its inputs have no sample (the SLO has no data, its burn
+    alerts cannot fire) or every target of a scrape job that exported them is down; and a
+    dead man's switch that always fires, so a receiver notices when Prometheus itself is gone
+    (a Prometheus that is down evaluates no rule, including these)."""
+    out: list[dict[str, Any]] = [{
+        "alert": "TelemetryWatchdog",
+        "expr": "vector(1)",
+        "labels": {"severity": "none"},
+        "annotations": _telemetry_annotations(
+            "Always firing: the alert pipeline is alive",
+            "Dead man's switch. Its absence at the receiver means Prometheus (or its route to "
+            "Alertmanager) is down: every SLO alert is silent, and the gate reports the "
+            "alert objectives as no data."),
+    }]
+    for slo in specs.slos:
+        metrics = input_metrics(slo)
+        if not metrics or not slo.alert_policies:
+            continue
+        selector = f'{{__name__=~"{"|".join(re.escape(m) for m in metrics)}"}}'
+        names = ", ".join(metrics)
+        out.append({
+            "alert": "SloInputAbsent",
+            "expr": f"absent_over_time({selector}[{NO_DATA_WINDOW}])",
+            "for": "5m",
+            "labels": {**_labels(slo), "severity": "ticket"},
+            "annotations": _telemetry_annotations(
+                f"{slo.display_name}: no input data for {NO_DATA_WINDOW}",
+                f"None of {names} has a sample in {NO_DATA_WINDOW}: {slo.alert_name} cannot "
+                "fire and the SLO's recorded error ratio is empty (not 100 %)."),
+        })
+        out.append({
+            "alert": "SloInputScrapeLost",
+            "expr": (f"max by (job) (up) == 0\nand on (job)\n"
+                     f"group by (job) (last_over_time({selector}[{INPUT_JOB_LOOKBACK}]))"),
+            "for": "2m",
+            "labels": {**_labels(slo), "severity": "ticket"},
+            "annotations": _telemetry_annotations(
+                f"{slo.display_name}: every target of scrape job {{{{ $labels.job }}}} is down",
+                f"Job {{{{ $labels.job }}}} exported {names} in the last {INPUT_JOB_LOOKBACK} "
+                f"and no target of it answers a scrape: {slo.alert_name} is blind to it."),
+        })
+    return out
+
+
 def generate_rules(specs: Specs) -> dict[str, Any]:
     """A Prometheus rule file (dict) for every SLO with a Prometheus source.
 
@@ -183,6 +252,8 @@ def generate_rules(specs: Specs) -> dict[str, Any]:
                     "rules": alert_rules(slo, specs),
                 }
             )
+    groups.append({"name": "slo-telemetry", "interval": interval,
+                   "rules": telemetry_rules(specs)})
     return {"groups": groups}
 
 
