@@ -207,6 +207,7 @@ def render_markdown(verdict: Verdict) -> str:
             lines.append(
                 f"- alert {a.name}: "
                 + (f"fired after {fmt_secs(a.fired_after_seconds)}" if a.fired
+                   else f"**no data** ({a.no_data})" if a.no_data is not None
                    else "**silent**" if a.required else f"silent, correctly ({a.note})")
             )
         for inv in e.invariants:
