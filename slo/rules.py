@@ -159,7 +159,7 @@ def alert_rules(slo: Slo, specs: Specs) -> list[dict[str, Any]]:
     ]
 
 
-TELEMETRY_RUNBOOK = "telemetry-loss"
+TELEMETRY_RUNBOOK = "alert-telemetry-loss"
 # the SLO's inputs must have been seen this recently, or the SLO has no data
 NO_DATA_WINDOW = "15m"
 # a scrape job that exported an SLO's inputs this recently is expected to still be scraped

@@ -20,6 +20,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "node-interruption-checkpoint",
     "agent-connectivity-loss",
     "ineligible-fallback-region",
+    "telemetry-loss",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -277,3 +277,25 @@ def test_promtool_fires_the_absent_data_alerts(tmp_path: Path) -> None:
     proc = subprocess.run([PROMTOOL, "test", "rules", "tests.yaml"], cwd=tmp_path, check=False,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- the experiment
+
+EXPERIMENT = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "telemetry-loss.yaml"
+
+
+def test_the_telemetry_loss_experiment_validates_and_outlasts_the_liveness_window() -> None:
+    from chaos.validate import validate_experiment
+    from slo.durations import parse_duration
+    from slo.telemetry import DEFAULT_STEP, GAP_STEPS, SCRAPES_PROMQL
+
+    assert validate_experiment(EXPERIMENT) == []
+    doc = yaml.safe_load(EXPERIMENT.read_text())
+    stop = next(a for a in doc["method"] if a["provider"]["func"] == "stop")
+    assert stop["provider"]["arguments"]["target"] == "prometheus"
+    # Prometheus must stay down longer than the query's lookback plus the gap tolerance, or
+    # prometheus/scrapes.json shows no gap and the loss goes unseen
+    window = parse_duration(SCRAPES_PROMQL.split("[")[1].split("]")[0])
+    assert stop["pauses"]["after"] > window + GAP_STEPS * DEFAULT_STEP
+    assert any(a["provider"]["func"] == "start"
+               and a["provider"]["arguments"]["target"] == "prometheus" for a in doc["method"])
