@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
+from pydantic import ValidationError
+
 from slo import budget, sli
 from slo.archive import Archive, ArchiveError
 from slo.baseline import IndexEntry, Tolerances, compare, last_passing
+from slo.budget_gate import BUDGET_CHECK_FILE, BudgetCheck
 from slo.checks import build_checks
 from slo.decision import EXIT_EVIDENCE, EXIT_EXPERIMENT, EXIT_OBJECTIVE, EXIT_PASS, decide
 from slo.dropped import PROM_QUERY as DROPPED_QUERY
@@ -244,8 +247,22 @@ def evaluate_run(
     if baseline_archive is not None:
         r = evidence.run
         source = find_baseline(baseline_archive, r.run_id, r.suite, r.env, ts(r.started_at))
-    return evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs], relative_last,
-                             source)
+    verdict = evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs],
+                                relative_last, source)
+    check = read_budget_check(Path(run_dir))
+    return verdict if check is None else verdict.model_copy(update={"budget_check": check})
+
+
+def read_budget_check(run_dir: Path) -> BudgetCheck | None:
+    """The budget check the runner recorded before the run (`budget-check.json`), if any."""
+    path = run_dir / BUDGET_CHECK_FILE
+    if not path.exists():
+        return None
+    try:
+        return BudgetCheck.model_validate_json(path.read_text(encoding="utf-8"))
+    except (ValidationError, ValueError) as exc:
+        raise EvidenceError(f"{BUDGET_CHECK_FILE}: unreadable: "
+                            f"{str(exc).splitlines()[0]}") from None
 
 
 def find_baseline(archive: Archive, run_id: str, suite: str, env: str,

@@ -112,6 +112,20 @@ def baseline_rows(verdict: Verdict) -> list[tuple[ObjectiveComparison, str, str]
             for o in verdict.baseline.objectives]
 
 
+def budget_text(verdict: Verdict) -> str | None:
+    """One sentence on the budget check before the run; says so when the run was forced."""
+    b = verdict.budget_check
+    if b is None:
+        return None
+    head = ("FORCED: the run went ahead with --force although " if b.forced and b.blocking
+            else "")
+    return head + b.reason + f" (floor {b.floor:.0%}, gate.minRemainingBudget)."
+
+
+def _left(remaining: float | None) -> str:
+    return "no data" if remaining is None else f"{remaining:.1%}"
+
+
 def render_markdown(verdict: Verdict) -> str:
     lines = [
         f"# Game day {verdict.run_id}: {verdict.result.upper()}",
@@ -130,6 +144,12 @@ def render_markdown(verdict: Verdict) -> str:
     if verdict.not_applicable:
         lines += [f"## Not applicable to {verdict.platform}", ""] + [
             f"- {name}: {why}" for name, why in sorted(verdict.not_applicable.items())] + [""]
+    if verdict.budget_check is not None:
+        b = verdict.budget_check
+        lines += ["## Error budget before the run", "", budget_text(verdict) or "", "",
+                  "| SLO | remaining | status | detail |", "| --- | ---: | --- | --- |"]
+        lines += [f"| {x.slo} | {_left(x.remaining)} | {x.status.value} | {x.detail} |"
+                  for x in b.budgets] + [""]
     summary = baseline_summary(verdict)
     if summary is not None:
         lines += ["## Baseline: last passing run of this suite and env", "", summary, "",
@@ -247,6 +267,8 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
                 "no_data": statuses.count("no_data")},
         headline=headline(verdict),
         baseline_summary=baseline_summary(verdict),
+        budget_text=budget_text(verdict),
+        budget_left=_left,
         baseline_rows=baseline_rows(verdict),
         score_text=score_text(verdict),
         dropped=dropped_text(verdict),

@@ -135,7 +135,9 @@ class GameDayInputs:
 
 def args_for(cfg: GameDayConfig, environment: str) -> list[str]:
     args = ["gate", "--env", environment, "--suite", cfg.suite, "--target", TARGET_PATH,
-            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH]
+            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH,
+            # skip (exit 5) when an SLO the suite touches is below the env's budget floor
+            "--budget-check"]
     if cfg.allow_prod and environment == "prod":
         args.append("--allow-prod")
     return args
