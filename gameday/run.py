@@ -281,7 +281,11 @@ def _print_budget(check: BudgetCheck, console: Console) -> None:
 def skip_run(opts: Options, check: BudgetCheck, console: Console) -> int:
     """Nothing was started: write the skip's record (run dir with skipped.json only, no
     verdict) and archive it so `gameday history` lists the run as skipped."""
-    run_id = _run_id(opts)
+    base = _run_id(opts)
+    run_id, n = base, 1
+    while (opts.runs_dir / run_id).exists():  # two skips within one second
+        n += 1
+        run_id = f"{base}.{n}"
     run_dir = (opts.runs_dir / run_id).resolve()
     run_dir.mkdir(parents=True)
     (run_dir / SKIPPED_FILE).write_text(

@@ -73,7 +73,7 @@ def fault_states(events: list[dict[str, Any]], since: float,
     return list(done.values())
 
 
-@dataclass
+@dataclass(eq=False)  # a registry keys collectors by identity
 class FaultTimelineCollector(Collector):
     timeline: Timeline
     run_id: str

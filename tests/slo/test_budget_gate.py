@@ -5,12 +5,8 @@ and the run archive (fixture archives on disk)."""
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,6 +28,7 @@ from slo.report import render_markdown
 from slo.rules import generate_rules, window_error_ratio_query
 from slo.specs import SpecError, load_specs
 from slo.verdict import Verdict
+from tests.slo.prom_stub import PromStub, serving
 
 SPECS = load_specs("local")
 
@@ -120,43 +117,10 @@ def test_the_floor_is_declared_per_environment_with_a_sensible_default(spec_copy
 # -------------------------------------------------------------------- Prometheus source
 
 
-class _Prom:
-    """Answers /api/v1/query like Prometheus: a vector per SLO from `answers` (absent key:
-    empty result, i.e. the series does not exist)."""
-
-    def __init__(self, answers: dict[str, str]) -> None:
-        self.answers, self.queries = answers, []
-        prom = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                url = urllib.parse.urlparse(self.path)
-                query = urllib.parse.parse_qs(url.query)["query"][0]
-                prom.queries.append(query)
-                result = [{"metric": {"slo": slo}, "value": [1.0, value]}
-                          for slo, value in prom.answers.items() if f'slo="{slo}"' in query]
-                body = json.dumps({"status": "success",
-                                   "data": {"resultType": "vector", "result": result}}).encode()
-                self.send_response(200 if url.path == "/api/v1/query" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-
-
 @pytest.fixture
-def prom() -> Iterator[_Prom]:
-    p = _Prom({})
-    thread = threading.Thread(target=p.server.serve_forever, daemon=True)
-    thread.start()
-    yield p
-    p.server.shutdown()
-    p.server.server_close()
+def prom() -> Iterator[PromStub]:
+    with serving() as p:
+        yield p
 
 
 def _tracked_and_evidence_only() -> tuple[list[str], list[str]]:
@@ -183,7 +147,7 @@ def _window(name: str) -> str:
     return format_duration(SPECS.slo(name).window_seconds)
 
 
-def test_prometheus_source_budgets_no_series_and_evidence_only(prom: _Prom) -> None:
+def test_prometheus_source_budgets_no_series_and_evidence_only(prom: PromStub) -> None:
     tracked, evidence_only = _tracked_and_evidence_only()
     healthy, burnt, absent, idle = tracked[0], tracked[1], tracked[2], tracked[3]
     floor = SPECS.gate.min_remaining_budget
@@ -205,10 +169,9 @@ def test_prometheus_source_budgets_no_series_and_evidence_only(prom: _Prom) -> N
     assert len(prom.queries) == 4  # nothing asked for the evidence-only SLI
 
 
-def test_an_unreachable_prometheus_is_no_data(prom: _Prom) -> None:
+def test_an_unreachable_prometheus_is_no_data(prom: PromStub) -> None:
     url = prom.url
-    prom.server.shutdown()
-    prom.server.server_close()
+    prom.close()
     tracked, _ = _tracked_and_evidence_only()
     (b,) = prometheus_budgets(url, SPECS, {tracked[0]: ["e"]}, 0.25, 1e9, timeout=2)
     assert b.status is BudgetStatus.NO_DATA and "query failed" in b.detail
