@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class PromStub:
-    def __init__(self, answers: dict[str, str]) -> None:
-        self.answers: dict[str, str] = answers
+    def __init__(self, answers: dict[str, str | list[str]]) -> None:
+        # SLO -> value, or one value per series
+        self.answers: dict[str, str | list[str]] = answers
         self.queries: list[str] = []
         prom = self
 
@@ -23,8 +24,10 @@ class PromStub:
                 url = urllib.parse.urlparse(self.path)
                 query = urllib.parse.parse_qs(url.query)["query"][0]
                 prom.queries.append(query)
-                result = [{"metric": {"slo": slo}, "value": [1.0, value]}
-                          for slo, value in prom.answers.items() if f'slo="{slo}"' in query]
+                result = [{"metric": {"slo": slo, "series": str(i)}, "value": [1.0, value]}
+                          for slo, values in prom.answers.items() if f'slo="{slo}"' in query
+                          for i, value in enumerate([values] if isinstance(values, str)
+                                                    else values)]
                 body = json.dumps({"status": "success",
                                    "data": {"resultType": "vector", "result": result}}).encode()
                 self.send_response(200 if url.path == "/api/v1/query" else 404)
@@ -47,7 +50,7 @@ class PromStub:
 
 
 @contextmanager
-def serving(answers: dict[str, str] | None = None) -> Iterator[PromStub]:
+def serving(answers: dict[str, str | list[str]] | None = None) -> Iterator[PromStub]:
     p = PromStub(answers or {})
     threading.Thread(target=p.server.serve_forever, daemon=True).start()
     try:

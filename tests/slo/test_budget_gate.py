@@ -169,6 +169,14 @@ def test_prometheus_source_budgets_no_series_and_evidence_only(prom: PromStub) -
     assert len(prom.queries) == 4  # nothing asked for the evidence-only SLI
 
 
+def test_several_series_the_worst_one_counts(prom: PromStub) -> None:
+    tracked, _ = _tracked_and_evidence_only()
+    budget = 1 - SPECS.slo(tracked[0]).objective.target
+    prom.answers = {tracked[0]: [str(budget * 0.1), str(budget * 0.9)]}
+    (b,) = prometheus_budgets(prom.url, SPECS, {tracked[0]: ["e"]}, 0.25, 1e9)
+    assert math.isclose(b.remaining, 0.1) and b.status is BudgetStatus.BELOW_FLOOR
+
+
 def test_an_unreachable_prometheus_is_no_data(prom: PromStub) -> None:
     url = prom.url
     prom.close()
