@@ -272,9 +272,9 @@ def budget_check(opts: Options, names: list[str], now: float | None = None) -> B
 
 def _print_budget(check: BudgetCheck, console: Console) -> None:
     for b in check.budgets:
-        left = "no data" if b.remaining is None else f"{b.remaining:.1%} left"
+        left = "" if b.remaining is None else f"{b.remaining:.1%} left; "
         colour = {"ok": "green", "not tracked": "dim"}.get(b.status.value, "bold red")
-        _say(console, f"  budget {escape(b.slo)}: [{colour}]{b.status.value}[/] ({left}; "
+        _say(console, f"  budget {escape(b.slo)}: [{colour}]{b.status.value}[/] ({left}"
                       f"{escape(b.detail)})")
 
 

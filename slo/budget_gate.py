@@ -122,8 +122,8 @@ class BudgetCheck(BaseModel):
             return (f"every SLO touched has at least {self.floor:.0%} of its error budget left "
                     f"({self.source})")
         parts = [f"{b.slo} {_left(b)}" for b in self.blocking]
-        head = "forced despite" if self.forced else "skipped:"
-        return (f"{head} error budget below the floor of {self.floor:.0%} or unknown: "
+        head = "forced (--force) although the " if self.forced else ""
+        return (f"{head}error budget is below the floor of {self.floor:.0%} or unknown: "
                 + "; ".join(parts) + f" ({self.source})")
 
 

@@ -117,9 +117,8 @@ def budget_text(verdict: Verdict) -> str | None:
     b = verdict.budget_check
     if b is None:
         return None
-    head = ("FORCED: the run went ahead with --force although " if b.forced and b.blocking
-            else "")
-    return head + b.reason + f" (floor {b.floor:.0%}, gate.minRemainingBudget)."
+    head = "FORCED: " if b.forced and b.blocking else ""
+    return head + b.reason + f" (floor: gate.minRemainingBudget {b.floor:.0%})."
 
 
 def _left(remaining: float | None) -> str:
