@@ -129,3 +129,29 @@ def test_cloud_budget_from_prometheus_skips_below_floor_and_force_goes_on(
     prom.answers = {}
     code, out = _run(*args, home=tmp_path, **env)
     assert code == EXIT_SKIPPED and "no data" in out
+
+
+# ---------------------------------------------- the runner's fault timeline metrics
+
+
+def test_metrics_off_with_port_0_and_a_busy_port_does_not_stop_the_run(tmp_path: Path) -> None:
+    import io
+    import socket
+
+    from rich.console import Console
+
+    from gameday.run import Options, _serve_fault_metrics
+
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    timeline = tmp_path / "faults.jsonl"
+    assert _serve_fault_metrics(Options(metrics_port=0), "r", timeline, 0.0, console) is None
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        got = _serve_fault_metrics(Options(metrics_port=port), "r", timeline, 0.0, console)
+    assert got is None and f"not served on 127.0.0.1:{port}" in out.getvalue()
+    free = _serve_fault_metrics(Options(metrics_port=port), "r", timeline, 0.0, console)
+    assert free is not None and free.url == f"http://127.0.0.1:{port}/metrics"
+    free.close()
