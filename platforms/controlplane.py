@@ -45,7 +45,8 @@ SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, 
 WHERE operation_id IN ({_RUN_OPS}) ORDER BY id"""
 # what eligibility is judged against (docs/EVIDENCE.md, snapshot/agents.jsonl)
 _AGENTS_SQL = """
-SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries
+SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries,
+       cpu_slots
 FROM agents ORDER BY name"""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

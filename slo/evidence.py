@@ -135,6 +135,7 @@ class AgentRecord(_Record):
     datasets: tuple[str, ...] = ()
     accelerator_type: str | None = None
     accelerator_count: int = Field(default=0, ge=0)
+    cpu_slots: int | None = Field(default=None, ge=0)  # None: older snapshots (slo/cost.py)
 
 
 class Event(_Record):
