@@ -32,10 +32,12 @@ the failed and lost ones included; retry cost = the part from attempts that did 
 - retry share = sum retry cost / sum cost(o) (what failures and interruptions added)
 - lost cost = sum cost(a) over lost attempts of any operation (interrupted capacity)
 - cost of work that did not complete = sum cost(a) over attempts of failed/canceled operations
-- allocated(p) = sum over agents of p of share(agent capacity) * window hours (node-hours)
+- allocated(p) = sum over agents g of p of share(capacity of g) * hours(g), node-hours, where
+  hours(g) runs from the later of the window's start and g's registration to the window's end
+  (the store records no node stop: an upper bound for nodes that went away)
 - allocated cost = allocated(p) * P; all-in cost per completed operation = total allocated
   cost / completed operations (includes idle capacity and the control plane's own pool)
-- accelerator-hours: allocated = accelerators of the pool's agents * window hours;
+- accelerator-hours: allocated = sum accelerators(g) * hours(g);
   held = sum accelerators(a) * held(a); progress = sum accelerators(a) * progress(a);
   idle = allocated - progress (of which held without progress = held - progress)
 - activity(p) = held node-hours / allocated node-hours; productive(p) = progress / allocated
@@ -94,6 +96,11 @@ class AgentCapacity:
     pool: str | None
     cpus: int | None  # None: not recorded (older snapshots)
     accelerators: int
+    since: float | None = None  # registered at; None: allocated from the window's start
+
+    def hours(self, window_start: float, window_end: float) -> float:
+        start = max(window_start, self.since) if self.since is not None else window_start
+        return max(window_end - start, 0.0) / _HOUR
 
 
 @dataclass(frozen=True)
@@ -223,25 +230,25 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 6)
+    return None if v is None else round(v, 9)
 
 
 def summarize(inputs: CostInputs, prices: PriceTable) -> CostSummary:
     end = inputs.window_end
-    window_h = max(end - inputs.window_start, 0.0) / _HOUR
     notes = list(inputs.notes)
-    unpriced: list[str] = []
+    reasons: Counter[str] = Counter()
     cost: dict[str, float | None] = {}  # finished attempts only
     for a in inputs.attempts:
         why = why_unpriced(a, prices)
         if why is not None:
             if a.outcome in FINISHED:
                 cost[a.attempt_id] = None
-            unpriced.append(f"attempt {a.number} of operation {a.operation_id}: {why}")
+            reasons[why] += 1
             continue
         if a.outcome in FINISHED:
             cost[a.attempt_id] = attempt_cost(a, prices.pools[a.pool or ""], end)
 
+    unpriced = [f"{n} attempt(s): {why}" for why, n in sorted(reasons.items())]
     by_op: dict[str, list[AttemptUsage]] = defaultdict(list)
     for a in inputs.attempts:
         by_op[a.operation_id].append(a)
@@ -261,13 +268,16 @@ def summarize(inputs: CostInputs, prices: PriceTable) -> CostSummary:
     if not completed:
         notes.append("no operation completed in the window: no cost per completed operation")
 
-    pools = _pools(inputs, prices, cost, window_h, notes, unpriced)
+    pools = _pools(inputs, prices, cost, notes, unpriced)
     allocated_cost = None if inputs.agents is None else _sum(p.allocated_cost for p in pools)
     acc_pools = [p for p in pools if p.accelerators or p.held_accelerator_hours]
     acc_alloc = _sum(p.allocated_accelerator_hours for p in pools) \
         if inputs.agents is not None else None
-    held_acc = sum(p.held_accelerator_hours for p in pools)
-    progress_acc = sum(p.progress_accelerator_hours for p in pools)
+    # over every attempt, whatever its pool: an accelerator request is known without a price
+    held_acc = sum((a.accelerators or 0) * held_hours(a, end) for a in inputs.attempts)
+    progress_acc = sum((a.accelerators or 0) * progress_hours(a, end) for a in inputs.attempts)
+    if any(a.accelerators is None for a in inputs.attempts):
+        notes.append("an operation had no resource request: its accelerators are not counted")
     acc_cost = _sum(p.allocated_cost for p in acc_pools) if acc_pools else None
     return CostSummary(
         currency=prices.currency,
@@ -293,10 +303,10 @@ def summarize(inputs: CostInputs, prices: PriceTable) -> CostSummary:
         allocated_cost=_r(allocated_cost),
         all_in_cost_per_completed_operation=_r(_ratio(allocated_cost, len(completed))),
         allocated_accelerator_hours=_r(acc_alloc),
-        held_accelerator_hours=round(held_acc, 6),
-        progress_accelerator_hours=round(progress_acc, 6),
+        held_accelerator_hours=round(held_acc, 9),
+        progress_accelerator_hours=round(progress_acc, 9),
         idle_accelerator_hours=_r(None if acc_alloc is None else acc_alloc - progress_acc),
-        held_without_progress_accelerator_hours=round(held_acc - progress_acc, 6),
+        held_without_progress_accelerator_hours=round(held_acc - progress_acc, 9),
         cost_per_progress_accelerator_hour=_r(_ratio(acc_cost, progress_acc)),
         pools=pools,
         unpriced=unpriced,
@@ -305,7 +315,7 @@ def summarize(inputs: CostInputs, prices: PriceTable) -> CostSummary:
 
 
 def _pools(inputs: CostInputs, prices: PriceTable, cost: Mapping[str, float | None],
-           window_h: float, notes: list[str], unpriced: list[str]) -> list[PoolCost]:
+           notes: list[str], unpriced: list[str]) -> list[PoolCost]:
     agents = inputs.agents or ()
     if inputs.agents is None:
         notes.append("agents were not recorded: no allocation, idle or all-in figures")
@@ -322,9 +332,9 @@ def _pools(inputs: CostInputs, prices: PriceTable, cost: Mapping[str, float | No
                             "table: its allocation is not priced")
         alloc_nh: float | None = None
         if inputs.agents is not None and price is not None:
-            shares = [None if g.cpus is None else price.node_share(g.cpus, g.accelerators)
-                      for g in members]
-            alloc_nh = _sum(None if s is None else s * window_h for s in shares)
+            alloc_nh = _sum(None if g.cpus is None else price.node_share(
+                g.cpus, g.accelerators) * g.hours(inputs.window_start, inputs.window_end)
+                for g in members)
             if alloc_nh is None:
                 notes.append(f"pool {name!r}: an agent's vCPU slots were not recorded: its "
                              "allocation is unknown")
@@ -335,9 +345,14 @@ def _pools(inputs: CostInputs, prices: PriceTable, cost: Mapping[str, float | No
             return sum(hours_of(a) * price.node_share(a.cpus, a.accelerators) for a in work)
 
         held_nh = node_hours(lambda a: held_hours(a, inputs.window_end))
+        if held_nh is not None and alloc_nh is not None and held_nh > alloc_nh * (1 + 1e-9):
+            notes.append(f"pool {name!r}: attempts held more than its agents' declared capacity "
+                         "over the window (activity above 100 %): the agents record understates "
+                         "the pool, or attempts overlapped on the same slots")
         prog_nh = node_hours(lambda a: progress_hours(a, inputs.window_end))
         acc_alloc = None if inputs.agents is None else \
-            float(sum(g.accelerators for g in members)) * window_h
+            sum(g.accelerators * g.hours(inputs.window_start, inputs.window_end)
+                for g in members)
         held_acc = sum((a.accelerators or 0) * held_hours(a, inputs.window_end) for a in work)
         prog_acc = sum((a.accelerators or 0) * progress_hours(a, inputs.window_end)
                        for a in work)
@@ -363,8 +378,8 @@ def _pools(inputs: CostInputs, prices: PriceTable, cost: Mapping[str, float | No
             attempt_cost=_r(_sum(cost[a.attempt_id] for a in finished)),
             lost_cost=_r(_sum(cost[a.attempt_id] for a in lost if a.attempt_id in cost)),
             allocated_accelerator_hours=_r(acc_alloc),
-            held_accelerator_hours=round(held_acc, 6),
-            progress_accelerator_hours=round(prog_acc, 6),
+            held_accelerator_hours=round(held_acc, 9),
+            progress_accelerator_hours=round(prog_acc, 9),
             idle_accelerator_hours=_r(None if acc_alloc is None else acc_alloc - prog_acc),
         ))
     return out
@@ -400,7 +415,9 @@ def inputs_from_records(operations: Iterable[Operation], attempts: Iterable[Atte
             ended_at=t.finished_at.timestamp() if t.finished_at else None,
             last_progress_at=last.get(t.id)))
     capacity = None if agents is None else tuple(
-        AgentCapacity(g.name, g.pool, g.cpu_slots, g.accelerator_count) for g in agents)
+        AgentCapacity(g.name, g.pool, g.cpu_slots, g.accelerator_count,
+                      g.registered_at.timestamp() if g.registered_at else None)
+        for g in agents)
     return CostInputs(window_start=window_start, window_end=window_end,
                       attempts=tuple(usage), operation_states={o: v.state for o, v in ops.items()},
                       agents=capacity)
@@ -411,3 +428,82 @@ def inputs_from_evidence(evidence: Evidence) -> CostInputs:
     return inputs_from_records(evidence.operations, evidence.attempts, evidence.events,
                                evidence.agents, evidence.run.started_at.timestamp(),
                                evidence.snapshot_time.timestamp())
+
+
+# --------------------------------------------------------------------------- rendering
+# One set of rows for report.md, report.html and `gameday cost report`, so they say the same.
+
+GATE_NOTE = "declared prices x measured attempt times; informational, never affects the gate"
+POOL_HEADER = ("pool", "capacity", "price/node-h", "agents", "accelerators", "attempts (lost)",
+               "allocated node-h", "activity", "productive", "allocated cost", "attempt cost",
+               "lost cost", "idle accelerator-h")
+
+
+def money(v: float | None, currency: str) -> str:
+    return "not claimed (unpriced)" if v is None else f"{v:,.6f} {currency}"
+
+
+def _num(v: float | None, unit: str = "") -> str:
+    return "unknown" if v is None else f"{v:,.4f}{unit}"
+
+
+def _share(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def summary_rows(s: CostSummary) -> list[tuple[str, str]]:
+    c = s.currency
+    per_op = money(s.cost_per_completed_operation, c) if s.operations_completed \
+        else "none completed"
+    all_in = money(s.all_in_cost_per_completed_operation, c) if s.operations_completed \
+        else "none completed"
+    outcomes = ", ".join(f"{n} {k}" for k, n in s.attempts_by_outcome.items()) or "none"
+    return [
+        ("operations", (f"{s.operations_completed} completed, {s.operations_not_completed} "
+                       f"failed or canceled, {s.operations_in_flight} in flight")),
+        ("attempts", outcomes),
+        ("cost per completed operation (its attempts, retries included)", per_op),
+        ("retry cost of completed operations (failed and lost attempts)",
+         f"{money(s.retry_cost, c)} ({_share(s.retry_share)} of their cost)"),
+        ("lost attempts (lease expired: node or agent gone, e.g. a spot interruption)",
+         money(s.lost_cost, c)),
+        ("cost of operations that did not complete", money(s.not_completed_cost, c)),
+        ("all finished attempts", money(s.attempt_cost, c)),
+        ("allocated (every agent over the window)", money(s.allocated_cost, c)),
+        ("all-in cost per completed operation (allocated / completed)", all_in),
+        ("accelerator-hours allocated / held / with progress",
+         (f"{_num(s.allocated_accelerator_hours)} / {_num(s.held_accelerator_hours)} / "
+         f"{_num(s.progress_accelerator_hours)}")),
+        ("idle accelerator-hours (allocated without progress)",
+         (f"{_num(s.idle_accelerator_hours)} (of which held by attempts without progress: "
+         f"{_num(s.held_without_progress_accelerator_hours)})")),
+        ("cost per accelerator-hour with progress",
+         money(s.cost_per_progress_accelerator_hour, c)
+         if s.progress_accelerator_hours else "no accelerator progress"),
+        ("attempts with no end (running or unknown, in no cost)", str(s.running_attempts)),
+        ("per pipeline", s.per_pipeline),
+    ]
+
+
+def pool_rows(s: CostSummary) -> list[tuple[str, ...]]:
+    c = s.currency
+    return [(
+        p.pool,
+        p.capacity_type or "unpriced",
+        "unpriced" if p.price_per_hour is None else f"{p.price_per_hour:g} {c}",
+        str(p.agents),
+        str(p.accelerators),
+        f"{p.attempts} ({p.lost_attempts})",
+        _num(p.allocated_node_hours),
+        _share(p.activity),
+        _share(p.productive),
+        money(p.allocated_cost, c),
+        money(p.attempt_cost, c),
+        money(p.lost_cost, c),
+        _num(p.idle_accelerator_hours),
+    ) for p in s.pools]
+
+
+def source_line(s: CostSummary) -> str:
+    return (f"Prices: {s.price_table} ({s.price_source}), {s.currency}, declared, not "
+            f"measured; {GATE_NOTE}.")

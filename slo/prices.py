@@ -59,6 +59,7 @@ class PriceTable(_Strict):
 def load_prices(path: str | Path | None = None) -> PriceTable:
     """Read and validate a price table (default: the packaged slo/specs/prices.yaml)."""
     p = Path(path) if path is not None else DEFAULT_PRICES
+    shown = str(p) if path is not None else "slo/specs/prices.yaml"  # stable in verdicts
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -72,7 +73,7 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
     if "path" in raw:
         raise PriceError(f"{p}: field path: not allowed (set from the file name)")
     try:
-        return PriceTable.model_validate({**raw, "path": str(p)})
+        return PriceTable.model_validate({**raw, "path": shown})
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or "?"
