@@ -163,3 +163,23 @@ def test_price_table_errors_name_file_and_field(tmp_path: Path, text: str, field
     path.write_text(text)
     with pytest.raises(PriceError, match=f"{path}: field {field}"):
         load_prices(path)
+
+
+def test_slots_are_held_from_dispatch_and_idle_until_start() -> None:
+    """Dispatched at 0 (the scheduler books the slots), started at 0.5 h, succeeded at 1 h:
+    held 1 h, progress 0.5 h, so 0.5 h of held-without-progress per accelerator."""
+    a = AttemptUsage("op1", "op1-1", 1, "succeeded", "gpu", 1, 4, 0.0, 0.5 * H, H, None)
+    s = summarize(CostInputs(0.0, H, (a,), {"op1": "succeeded"}, AGENTS), PRICES)
+    assert s.cost_per_completed_operation == pytest.approx(8.0)  # a whole gpu node for 1 h
+    assert s.held_accelerator_hours == pytest.approx(4.0)
+    assert s.held_without_progress_accelerator_hours == pytest.approx(2.0)
+
+
+def test_attempt_without_progress_events_made_no_progress() -> None:
+    """A lost attempt with no progress event: its whole held time is idle (no evidence of
+    progress is not progress)."""
+    a = att("op1", 1, "lost", "gpu", 0, 0.5 * H, accs=2)
+    s = summarize(CostInputs(0.0, H, (a,), {"op1": "failed"}, AGENTS), PRICES)
+    assert s.progress_accelerator_hours == 0.0
+    assert s.held_without_progress_accelerator_hours == pytest.approx(1.0)
+    assert s.idle_accelerator_hours == pytest.approx(4.0)  # 4 accelerators * 1 h allocated
