@@ -13,6 +13,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from slo.charts import legend_items, timeline_svg
+from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
 from slo.junit import junit_xml
 from slo.specs import Specs, load_specs
@@ -175,6 +176,7 @@ def render_markdown(verdict: Verdict) -> str:
     dropped = by_id.get("evidence.dropped")
     if dropped is not None:
         lines += ["", f"Dropped evidence: {dropped.message} ({status_label(dropped.status)})."]
+    lines += cost_markdown(verdict)
     for e in verdict.experiments:
         lines += ["", f"## {e.name}: {status_label(experiment_status(verdict, e.name))}", ""]
         runbook = (f" Runbook: [runbooks/{e.runbook}.md](runbooks/{e.runbook}.md)."
@@ -237,6 +239,23 @@ def render_markdown(verdict: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost_markdown(verdict: Verdict) -> list[str]:
+    """The Cost section (slo/cost.py): informational, never part of the gate."""
+    lines = ["", "## Cost", ""]
+    c = verdict.cost
+    if c is None:
+        return lines + [verdict.cost_error or "Cost: not computed (verdict from an older version)."]
+    lines += [source_line(c), "", "| figure | value |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in summary_rows(c)]
+    lines += ["", "| " + " | ".join(POOL_HEADER) + " |",
+              "| " + " | ".join("---" for _ in POOL_HEADER) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in pool_rows(c)]
+    if c.unpriced or c.notes:
+        lines.append("")
+    lines += [f"- unpriced: {u}" for u in c.unpriced] + [f"- note: {n}" for n in c.notes]
+    return lines
+
+
 def _exp_checks(verdict: Verdict, name: str) -> list[Check]:
     return [c for c in verdict.checks if c.experiment == name]
 
@@ -271,6 +290,10 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         baseline_rows=baseline_rows(verdict),
         score_text=score_text(verdict),
         dropped=dropped_text(verdict),
+        cost_source=source_line(verdict.cost) if verdict.cost else None,
+        cost_rows=summary_rows(verdict.cost) if verdict.cost else [],
+        pool_header=POOL_HEADER,
+        pool_rows=pool_rows(verdict.cost) if verdict.cost else [],
         check_by_id={c.id: c for c in verdict.checks},
         checks_by_exp={e.name: _exp_checks(verdict, e.name) for e in verdict.experiments},
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},

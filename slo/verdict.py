@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slo.budget_gate import BudgetCheck
+from slo.cost import CostSummary
 
 SCHEMA = "gameday.verdict/v2"
 # pass/warning/fail are scored; not_measured (the experiment did not run as designed) and
@@ -212,6 +213,10 @@ class Verdict(_M):
     baseline: BaselineComparison | None = None
     # the budget check before the run (`--budget-check`; budget-check.json), forced or not
     budget_check: BudgetCheck | None = None
+    # cost of the run's attempts at declared prices (slo/cost.py, docs/cost.md); never affects
+    # the gate. None in old verdicts, or when it could not be computed (cost_error says why)
+    cost: CostSummary | None = None
+    cost_error: str | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

@@ -16,6 +16,9 @@ POOL_LABEL = "platform.gameday/pool"
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
 MONITORING_NAMESPACE = "monitoring"
 PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-prometheus.{MONITORING_NAMESPACE}.svc:9090"
+# Where scheduled game days archive their runs (`gameday gate --archive s3://<artifact
+# bucket>/<prefix>`, slo/archive.py: write-once objects), and what their role may write.
+GAME_DAY_ARCHIVE_PREFIX = "gameday-archive"
 ACCELERATOR_LABEL = "platform.gameday/accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Tag Karpenter discovers node subnets and security groups by; its value is the cluster

@@ -28,7 +28,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cloud.lock import LEASE_NAME
-from infra.components.common import PROMETHEUS_URL, TYPE_PREFIX, Naming, child
+from infra.components.common import (
+    GAME_DAY_ARCHIVE_PREFIX,
+    PROMETHEUS_URL,
+    TYPE_PREFIX,
+    Naming,
+    child,
+)
 from infra.config import ConfigError, GameDayConfig
 
 SERVICE_ACCOUNT = "gameday"
@@ -133,9 +139,11 @@ class GameDayInputs:
     pod_spec: Callable[..., dict[str, Any]]
 
 
-def args_for(cfg: GameDayConfig, environment: str) -> list[str]:
+def args_for(cfg: GameDayConfig, environment: str, archive: pulumi.Input[str]) -> list[Any]:
+    # The pod's /runs is an emptyDir: the archive in the artifact bucket is what outlives it
+    # (history, baselines).
     args = ["gate", "--env", environment, "--suite", cfg.suite, "--target", TARGET_PATH,
-            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH,
+            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH, "--archive", archive,
             # skip (exit 5) when an SLO the suite touches is below the env's budget floor
             "--budget-check"]
     if cfg.allow_prod and environment == "prod":
@@ -248,7 +256,8 @@ class GameDaySchedule(pulumi.ComponentResource):
             role_ref={"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": cluster_role},
             subjects=subject, opts=o)
 
-        container = inputs.container("gameday", args_for(cfg, inputs.environment), None,
+        archive = pulumi.Output.concat("s3://", inputs.bucket_names[0], f"/{GAME_DAY_ARCHIVE_PREFIX}")
+        container = inputs.container("gameday", args_for(cfg, inputs.environment, archive), None,
                                      {"cpu": "500m", "memory": "1Gi"}, probes=False)
         container["image"] = inputs.image
         self.target_json = _target(inputs, naming.project, naming.stack, container["image"])

@@ -9,7 +9,13 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.cloud.tags import NODEPOOL_TAG, karpenter_tags
-from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import (
+    GAME_DAY_ARCHIVE_PREFIX,
+    TYPE_PREFIX,
+    Naming,
+    child,
+    policy_output,
+)
 
 
 class WorkloadIdentity(pulumi.ComponentResource):
@@ -131,6 +137,7 @@ def game_day_identity(
     database_identifier: pulumi.Input[str],
     bucket_names: list[pulumi.Input[str]],
     node_pools: list[str],
+    kms_key_arn: pulumi.Input[str],
     node_groups: Sequence[str] = (),
     opts: pulumi.ResourceOptions | None = None,
 ) -> WorkloadIdentity:
@@ -144,7 +151,23 @@ def game_day_identity(
                          f"{naming.name('irsa')}-*")
     return WorkloadIdentity(
         name, naming, namespace, "gameday", oidc_provider_arn, oidc_provider_url,
-        game_day_fault_statements(region, account_id, cluster_name, database_identifier,
-                                  bucket_names, node_pools, node_groups),
+        [*game_day_fault_statements(region, account_id, cluster_name, database_identifier,
+                                    bucket_names, node_pools, node_groups),
+         *game_day_archive_statements(bucket_names[0], kms_key_arn)],
         opts=opts,
     )
+
+
+def game_day_archive_statements(bucket: pulumi.Input[str], kms_key_arn: pulumi.Input[str]
+                                ) -> list[dict[str, Any]]:
+    """The run archive (``gameday gate --archive s3://<bucket>/<GAME_DAY_ARCHIVE_PREFIX>``):
+    read and create objects under that prefix only (the archive never overwrites: conditional
+    puts), and the data key the bucket encrypts with (reading the evidence manifests needs
+    Decrypt too)."""
+    arn = pulumi.Output.concat
+    return [
+        {"Sid": "RunArchive", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+         "Resource": [arn("arn:aws:s3:::", bucket, f"/{GAME_DAY_ARCHIVE_PREFIX}/*")]},
+        {"Sid": "BucketDataKey", "Effect": "Allow",
+         "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [kms_key_arn]},
+    ]

@@ -117,7 +117,7 @@ def build() -> None:
             region=region, account_id=account_id, cluster_name=cluster.name,
             database_identifier=database.identifier, bucket_names=[artifacts.bucket_name],
             # Karpenter NodePools of the workload pools (autoscaling.py); no managed node group.
-            node_pools=sorted(node_pool_names().values()),
+            node_pools=sorted(node_pool_names().values()), kms_key_arn=key.arn,
         ).role_arn
 
     # The application layer annotates exactly these service accounts (outputs.role_names).

@@ -87,9 +87,12 @@ def test_staging_cronjob_runs_gameday_gate_weekly_without_overlap(runs: dict[str
     assert c["image"] == ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/mlplatform-staging/gameday@"
                           + TEST_IMAGES["gameday"])
     assert c["command"] == ["gameday"]
+    # the pod's /runs dies with it: runs are archived in the artifact bucket (never overwritten)
     assert c["args"] == ["gate", "--env", "staging", "--suite", "core",
                          "--target", "/etc/gameday/target.json", "--runs-dir", "/runs",
-                         "--freeze-file", "/etc/gameday/freeze-windows.yaml", "--budget-check"]
+                         "--freeze-file", "/etc/gameday/freeze-windows.yaml",
+                         "--archive", f"s3://{_bucket_id(run)}/gameday-archive",
+                         "--budget-check"]
     assert "--allow-prod" not in c["args"]
     # Credentials only as env vars from Secrets (the store DSN for the snapshot, an agent
     # token for the fencing probe, the game-day project's token), never in the ConfigMap.
@@ -213,13 +216,16 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
         assert st["Effect"] == "Allow"
         for action in st["Action"]:
             service, _, name = action.partition(":")
-            assert "*" not in action and service in ("rds", "s3", "eks", "ec2") and name
-            by_action[action] = st
+            assert "*" not in action and service in ("rds", "s3", "eks", "ec2", "kms") and name
+            resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            if action in by_action:  # the same action in two statements: their resources
+                resources = by_action[action]["Resource"] + resources
+            by_action[action] = {**st, "Resource": resources}
     # No node group is a fault target any more (Karpenter owns cpu/gpu): no EKS action at all.
     assert sorted(by_action) == sorted([
         "rds:DescribeDBInstances", "rds:RebootDBInstance", "s3:GetBucketPolicy", "s3:PutBucketPolicy",
         "s3:DeleteBucketPolicy", "ec2:DescribeInstances", "ec2:TerminateInstances", "s3:ListBucket",
-        "s3:GetObject"])
+        "s3:GetObject", "s3:PutObject", "kms:Decrypt", "kms:GenerateDataKey"])
     # Every resource is one of this stack's, except DescribeInstances (no resource-level permissions).
     for action, st in by_action.items():
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
@@ -232,10 +238,15 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
     assert by_action["rds:RebootDBInstance"]["Resource"] == [f"arn:aws:rds:eu-west-1:123456789012:db:{db}"]
     bucket = _bucket_id(run)
     assert by_action["s3:PutBucketPolicy"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
-    # evidence is read-only: the listing, and objects under the two manifest prefixes only
+    # evidence is read-only: the listing, and objects under the two manifest prefixes only;
+    # objects are written under the run archive's prefix only
     assert by_action["s3:ListBucket"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
-    assert by_action["s3:GetObject"]["Resource"] == [
-        f"arn:aws:s3:::{bucket}/artifacts/*", f"arn:aws:s3:::{bucket}/checkpoints/*"]
+    assert sorted(by_action["s3:GetObject"]["Resource"]) == [
+        f"arn:aws:s3:::{bucket}/artifacts/*", f"arn:aws:s3:::{bucket}/checkpoints/*",
+        f"arn:aws:s3:::{bucket}/gameday-archive/*"]
+    assert by_action["s3:PutObject"]["Resource"] == [f"arn:aws:s3:::{bucket}/gameday-archive/*"]
+    key = run.one("aws:kms/key:Key", "-data-key").props["arn"]
+    assert by_action["kms:Decrypt"]["Resource"] == by_action["kms:GenerateDataKey"]["Resource"] == [key]
 
 
 def _nodepools(run: Run) -> dict[str, str]:
