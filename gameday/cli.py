@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "selftest": ("gameday.selftest", "selftest_cmd",
                  "Prove each experiment catches its seeded control-plane defect (test only)."),
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
+    "cost": ("gameday.cost", "cost_group", "Cost per completed run, retries, idle accelerators (declared prices)."),
     "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
     "infra": ("infra.cli", "infra_group",
               "Pulumi stacks: drift, image build and deploy (in-VPC runner), EKS token."),

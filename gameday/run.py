@@ -43,9 +43,26 @@ from infra.schedule import (
     active_freeze,
     load_freeze_windows,
 )
+from infra.timeline import Timeline
+from infra.timeline_metrics import (
+    DEFAULT_METRICS_PORT,
+    FaultMetricsServer,
+    FaultTimelineCollector,
+)
 from platforms import get_adapter
 from platforms import registry as platform_registry
 from slo.archive import Archive, ArchiveError, default_location, open_archive
+from slo.baseline import skipped_entry
+from slo.budget_gate import (
+    BUDGET_CHECK_FILE,
+    EXIT_SKIPPED,
+    SKIPPED_FILE,
+    BudgetCheck,
+    SloBudget,
+    judge,
+    touched_slos,
+)
+from slo.budget_sources import archive_budgets, prometheus_budgets
 from slo.cli import print_verdict
 from slo.evaluate import EXIT_EVIDENCE, evaluate_run
 from slo.evidence import EvidenceError
@@ -98,6 +115,11 @@ class Options:
     now: datetime | None = None
     archive: str | None = None  # None: slo.archive.default_location(runs_dir)
     no_archive: bool = False
+    budget_check: bool = False  # read the touched SLOs' remaining budget first (scheduled runs)
+    budget_source: str = "auto"  # auto: prometheus for cloud envs, the archive for local
+    force: bool = False  # run even when the budget check says skip (recorded as forced)
+    metrics_port: int = DEFAULT_METRICS_PORT  # fault timeline metrics; 0 = off
+    metrics_addr: str = "127.0.0.1"
 
 
 @dataclass
@@ -194,6 +216,97 @@ def _dry_run_cloud(opts: Options, console: Console) -> None:
          + "; lock: Lease gameday-lock in the control-plane namespace")
 
 
+# -- the error-budget gate ---------------------------------------------------------------------
+def _run_id(opts: Options) -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+
+
+def _budget_prometheus_url(opts: Options) -> tuple[str | None, str]:
+    """(URL, why not) of the Prometheus holding the SLO rules of opts.env."""
+    if opts.env in CLOUD_ENVS:
+        assert opts.target is not None  # preflight refused a cloud env without one
+        try:
+            return CloudTargetFile.load(opts.target, opts.env).prometheus_url, ""
+        except CloudEnvError as exc:
+            return None, f"no Prometheus URL: {exc}"
+    env = LocalEnvironment(opts.env_name, opts.home)
+    if not env.is_running():
+        return None, f"local environment {opts.env_name!r} is not running (no Prometheus)"
+    return str(env.endpoints["prometheus"]), ""
+
+
+def budget_check(opts: Options, names: list[str], now: float | None = None) -> BudgetCheck:
+    """The remaining error budget of every SLO the experiments touch, judged against the
+    env's `gate.minRemainingBudget` (slo/budget_gate.py). Reads only; touches nothing."""
+    specs = load_specs(opts.env)
+    declared = {}
+    for n in names:
+        g = load_experiment(n).gameday
+        declared[n] = (str(g.get("recovery_objective")), list(g.get("slos") or []))
+    touched = touched_slos(specs, declared)
+    floor = specs.gate.min_remaining_budget
+    at = time.time() if now is None else now
+    source = opts.budget_source
+    if source == "auto":
+        source = "prometheus" if opts.env in CLOUD_ENVS else "archive"
+    budgets: list[SloBudget]
+    if source == "prometheus":
+        url, why = _budget_prometheus_url(opts)
+        if url is None:
+            budgets = [judge(n, exps, None, floor, detail=why) for n, exps in touched.items()]
+            where = "prometheus (unavailable)"
+        else:
+            budgets = prometheus_budgets(url, specs, touched, floor, at)
+            where = f"prometheus {url}"
+    else:
+        location = opts.archive or default_location(opts.runs_dir)
+        try:
+            entries = open_archive(location).entries()
+        except ArchiveError as exc:
+            entries = []
+            detail = f"archive unreadable: {exc}"
+            budgets = [judge(n, exps, None, floor, detail=detail) for n, exps in touched.items()]
+        else:
+            budgets = archive_budgets(entries, specs, opts.env, touched, floor, at)
+        where = f"archive {location}"
+    return BudgetCheck(env=opts.env, suite=opts.suite, source=where, floor=floor,
+                       checked_at=at, budgets=budgets, forced=opts.force)
+
+
+def _print_budget(check: BudgetCheck, console: Console) -> None:
+    for b in check.budgets:
+        left = "" if b.remaining is None else f"{b.remaining:.1%} left; "
+        colour = {"ok": "green", "not tracked": "dim"}.get(b.status.value, "bold red")
+        _say(console, f"  budget {escape(b.slo)}: [{colour}]{b.status.value}[/] ({left}"
+                      f"{escape(b.detail)})")
+
+
+def skip_run(opts: Options, check: BudgetCheck, console: Console) -> int:
+    """Nothing was started: write the skip's record (run dir with skipped.json only, no
+    verdict) and archive it so `gameday history` lists the run as skipped."""
+    base = _run_id(opts)
+    run_id, n = base, 1
+    while (opts.runs_dir / run_id).exists():  # two skips within one second
+        n += 1
+        run_id = f"{base}.{n}"
+    run_dir = (opts.runs_dir / run_id).resolve()
+    run_dir.mkdir(parents=True)
+    (run_dir / SKIPPED_FILE).write_text(
+        check.model_dump_json(indent=2, by_alias=True) + "\n", encoding="utf-8")
+    _say(console, f"[bold yellow]skipped[/] (exit {EXIT_SKIPPED}): {escape(check.reason)}; "
+                  "nothing was started, nothing measured; --force runs anyway")
+    _say(console, f"record: {run_dir / SKIPPED_FILE}")
+    if not opts.no_archive:
+        try:
+            archive = open_archive(opts.archive or default_location(opts.runs_dir))
+            entry = archive.put_run(run_dir, run_id, lambda loc, files, at: skipped_entry(
+                check, run_id, opts.platform, loc, files, at))
+            _say(console, f"archived: {entry.location}")
+        except (ArchiveError, OSError, ValueError) as exc:
+            _say(console, f"[bold red]not archived[/]: {exc}")
+    return EXIT_SKIPPED
+
+
 # -- experiments ------------------------------------------------------------------------------
 def run_experiment(name: str, run_dir: Path, env_vars: dict[str, str], progress: Progress,
                    task: Any, record: ExperimentRun) -> None:
@@ -269,10 +382,26 @@ def run_gameday(opts: Options, console: Console) -> int:
     except (ScheduleError, SuiteError) as exc:
         _say(console, f"[bold red]refused[/]: {exc}")
         return EXIT_REFUSED
+    check: BudgetCheck | None = None
+    if opts.budget_check:
+        try:
+            check = budget_check(opts, names)
+        except SpecError as exc:
+            _say(console, f"[bold red]refused[/]: budget check: {exc}")
+            return EXIT_REFUSED
+        _say(console, f"error-budget gate (floor {check.floor:.0%}, {escape(check.source)}):")
+        _print_budget(check, console)
+        if opts.dry_run:
+            _say(console, "a live run would be skipped" if check.skip else
+                 "a live run would go ahead" + (" (forced)" if check.blocking else ""))
+        elif check.skip:
+            return skip_run(opts, check, console)
+        elif check.blocking:
+            _say(console, f"[bold yellow]forced[/]: {escape(check.reason)}")
     if opts.dry_run:
         return dry_run(opts, names, console)
     if opts.env in CLOUD_ENVS:
-        return run_cloud_gameday(opts, names, console)
+        return run_cloud_gameday(opts, names, console, check)
 
 
     env = LocalEnvironment(opts.env_name, opts.home)
@@ -292,7 +421,7 @@ def run_gameday(opts: Options, console: Console) -> int:
                       f"{running!r}, not {opts.platform!r}: `gameday env down` it first or use "
                       "another --env-name")
         return EXIT_REFUSED
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+    run_id = _run_id(opts)
     run_dir = (opts.runs_dir / run_id).resolve()
     lock = GameDayLock(env.state_dir / "gameday.lock")
     try:
@@ -301,14 +430,15 @@ def run_gameday(opts: Options, console: Console) -> int:
         _say(console, f"[bold red]refused[/]: {exc}")
         return EXIT_REFUSED
     try:
-        return _run_locked(opts, env, names, run_id, run_dir, console)
+        return _run_locked(opts, env, names, run_id, run_dir, console, check=check)
     finally:
         lock.release()
         if started_env and not opts.keep_env:
             env.down()
 
 
-def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
+def run_cloud_gameday(opts: Options, names: list[str], console: Console,
+                      check: BudgetCheck | None = None) -> int:
     """dev/staging/prod: the environment must exist already (no up/down); the lock is a Lease
     in the cluster; faults go through CloudFaults, recorded in the environment's timeline."""
     assert opts.target is not None  # preflight refused a cloud env without one
@@ -320,7 +450,7 @@ def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     try:
         env = CloudEnvironment.from_target(opts.target, opts.env, home=opts.home,
                                            allow_prod=opts.allow_prod)
-        run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{opts.env}-{opts.suite}"
+        run_id = _run_id(opts)
         run_dir = (opts.runs_dir / run_id).resolve()
         lock = env.lock(run_id)
         lock.acquire({"run_id": run_id, "run_dir": str(run_dir),
@@ -341,7 +471,7 @@ def run_cloud_gameday(opts: Options, names: list[str], console: Console) -> int:
     # so rollbacks and evidence still happen, as they do for an interactive run.
     previous = _sigterm_as_interrupt()
     try:
-        return _run_locked(opts, env, names, run_id, run_dir, console, lock=lock)
+        return _run_locked(opts, env, names, run_id, run_dir, console, lock=lock, check=check)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -359,10 +489,13 @@ def _sigterm_as_interrupt() -> Any:
 
 
 def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir: Path,
-                console: Console, lock: Any = None) -> int:
+                console: Console, lock: Any = None, check: BudgetCheck | None = None) -> int:
 
     run_dir.mkdir(parents=True)
     started_at = collect.utcnow()
+    if check is not None:  # read into the verdict (forced or not): slo/evaluate.py
+        (run_dir / BUDGET_CHECK_FILE).write_text(
+            check.model_dump_json(indent=2, by_alias=True) + "\n", encoding="utf-8")
     info: dict[str, Any] = {"run_id": run_id, "env": opts.env, "suite": opts.suite,
                             "platform": opts.platform, "started_at": started_at.isoformat(),
                             "ended_at": None, "experiments": names,
@@ -393,6 +526,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     records = [ExperimentRun(n) for n in names]
     not_applicable: dict[str, str] = {}
     interrupted = False
+    metrics = _serve_fault_metrics(opts, run_id, Path(eps["fault_timeline"]),
+                                   started_at.timestamp(), console)
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -416,6 +551,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
                     progress.update(task, description=f"{rec.name}: {rec.status}")
                     progress.remove_task(task)
                     continue
+                if metrics is not None:
+                    metrics.collector.begin_experiment(rec.name)
                 run_experiment(rec.name, run_dir, env_vars, progress, task, rec)
                 # safety net between experiments: every fault undone, whatever the journal says.
                 # If that fails the run goes on to its verdict: the next experiment is refused
@@ -434,6 +571,8 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
         interrupted = True
         _say(console, "[yellow]interrupted: rolling back and saving the evidence so far[/]")
     finally:
+        if metrics is not None:
+            metrics.close()
         rollback: dict[str, Any] = {}
         try:
             rollback["restored"] = driver.restore_all()
@@ -467,6 +606,23 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     code = evaluate(run_dir, console, None if opts.no_archive
                     else opts.archive or default_location(opts.runs_dir))
     return EXIT_INTERRUPTED if interrupted else code
+
+
+def _serve_fault_metrics(opts: Options, run_id: str, timeline: Path, since: float,
+                         console: Console) -> FaultMetricsServer | None:
+    """The fault timeline as Prometheus metrics for the duration of the run (0 = off). A port
+    that cannot be bound is said in yellow: the game day goes on without the metrics."""
+    if not opts.metrics_port:
+        return None
+    collector = FaultTimelineCollector(Timeline(timeline), run_id, opts.env, opts.suite, since)
+    try:
+        server = FaultMetricsServer(collector, opts.metrics_port, opts.metrics_addr)
+    except OSError as exc:
+        _say(console, f"[yellow]fault timeline metrics not served on "
+                      f"{opts.metrics_addr}:{opts.metrics_port}: {exc}[/]")
+        return None
+    _say(console, f"fault timeline metrics: {server.url}")
+    return server
 
 
 def _collect_cloud(env: Any, run_dir: Path, counts: dict[str, Any], rollback: dict[str, Any],
@@ -594,6 +750,24 @@ def _options(f: Any) -> Any:
                           "--runs-dir]."),
         click.option("--no-archive", is_flag=True,
                      help="Neither archive the run nor compare it with a baseline."),
+        click.option("--budget-check/--no-budget-check", "budget_check", default=False,
+                     show_default=True,
+                     help="First read the remaining error budget of the SLOs the experiments "
+                          "touch; skip (exit 5, skipped.json) when one is below the env's "
+                          "gate.minRemainingBudget or has no data. Scheduled game days pass it."),
+        click.option("--budget-source", type=click.Choice(["auto", "prometheus", "archive"]),
+                     default="auto", show_default=True,
+                     help="Where the budget check reads: auto = Prometheus for cloud envs "
+                          "(the target's prometheusUrl), the archive for local."),
+        click.option("--force", is_flag=True,
+                     help="Run even when the budget check says skip; the verdict and report "
+                          "record that the run was forced."),
+        click.option("--metrics-port", type=click.IntRange(0, 65535),
+                     default=DEFAULT_METRICS_PORT, show_default=True,
+                     help="Serve the fault timeline as Prometheus metrics on this port during "
+                          "the run (0 = off)."),
+        click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+                     help="Address the fault timeline metrics listen on."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -606,7 +780,10 @@ def _build(suite: str, **kw: Any) -> Options:
                    runs_dir=kw["runs_dir"], target=kw["target"], allow_prod=kw["allow_prod"],
                    dry_run=kw["dry_run"], keep_env=not kw["down_after"],
                    load_scenario=kw["load_scenario"], freeze_file=kw["freeze_file"],
-                   home=resolve_home(None), archive=kw["archive"], no_archive=kw["no_archive"])
+                   home=resolve_home(None), archive=kw["archive"], no_archive=kw["no_archive"],
+                   budget_check=kw["budget_check"], budget_source=kw["budget_source"],
+                   force=kw["force"], metrics_port=kw["metrics_port"],
+                   metrics_addr=kw["metrics_addr"])
 
 
 @click.command("run")
@@ -617,7 +794,7 @@ def _build(suite: str, **kw: Any) -> Options:
 def run_cmd(suite: str, **kw: Any) -> None:
     """Run a game day: faults under load, evidence, verdict. Exit code = the gate's
     (0 pass, 1 experiment failed/deviated, 2 objective missed, 3 evidence unusable;
-    4 refused to start, 130 interrupted)."""
+    4 refused to start, 5 skipped by the error-budget gate, 130 interrupted)."""
     sys.exit(run_gameday(_build(suite, **kw), Console()))
 
 

@@ -108,20 +108,20 @@ def _report(result: dict[str, Any], stack: str, json_out: Path | None) -> None:
 
 # --- the in-VPC deploy path (infra/deploy.py, infra/components/deploy_runner.py) -------------
 
-def _runner(stack: str, outputs: Path | None, work_dir: Path) -> Any:
+def _runner(stack: str, outputs: Path | None, work_dir: Path, need_runner: bool = True) -> Any:
     from infra import deploy
 
     try:
         if outputs is not None:
             return deploy.Runner.from_outputs(deploy.load_outputs_file(outputs), stack,
-                                              str(outputs))
+                                              str(outputs), need_runner)
         click.echo(f"reading the outputs of stack {stack} (pulumi, Automation API) ...", err=True)
         try:
             found = deploy.automation_outputs(stack, work_dir)
         except Exception as exc:  # the CLI or the backend: say what failed and stop
             raise deploy.DeployError(f"reading the outputs of stack {stack} failed: {exc}; or "
                                      "give --outputs FILE (pulumi stack output --json)") from exc
-        return deploy.Runner.from_outputs(found, stack, f"stack {stack} outputs")
+        return deploy.Runner.from_outputs(found, stack, f"stack {stack} outputs", need_runner)
     except deploy.DeployError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -167,7 +167,7 @@ def image_cmd(stack: str, outputs: Path | None, set_config: bool, local: bool, a
 
     from infra import deploy
 
-    runner = _runner(stack, outputs, work_dir)
+    runner = _runner(stack, outputs, work_dir, need_runner=not local)
     session = _session(runner.region)
     try:
         if local:

@@ -53,9 +53,17 @@ class Runner:
     repositories: dict[str, str]
 
     @classmethod
-    def from_outputs(cls, outputs: Mapping[str, Any], stack: str, source: str) -> Runner:
+    def from_outputs(cls, outputs: Mapping[str, Any], stack: str, source: str,
+                     need_runner: bool = True) -> Runner:
+        """The runner of ``stack`` from its outputs; with ``need_runner=False`` (a local
+        build, e.g. dev with a public endpoint and no runner) only the registry's."""
+        repos = outputs.get("repositories") or {}
+        repositories = {k: v for k, v in repos.items() if isinstance(v, str)}
         runner = outputs.get(OUTPUT_KEY)
         if not isinstance(runner, Mapping):
+            if not need_runner:
+                return cls("", "", "", "", _registry_region(repositories), f"{stack}-app",
+                           repositories)
             raise DeployError(f"{source}: no '{OUTPUT_KEY}' output: the platform stack {stack} "
                               "has no deploy runner (deployRunner.enabled) or predates it; with a "
                               "public endpoint use `gameday infra image --local` and `pulumi up`")
@@ -63,11 +71,18 @@ class Runner:
                    if not isinstance(runner.get(k), str) or not runner.get(k)]
         if missing:
             raise DeployError(f"{source}: {OUTPUT_KEY} lacks {', '.join(missing)}")
-        repos = outputs.get("repositories") or {}
         return cls(runner["imageProject"], runner["deployProject"], runner["sourceBucket"],
-                   runner["logGroup"], runner.get("region"),
-                   runner.get("appStack") or f"{stack}-app",
-                   {k: v for k, v in repos.items() if isinstance(v, str)})
+                   runner["logGroup"], runner.get("region") or _registry_region(repositories),
+                   runner.get("appStack") or f"{stack}-app", repositories)
+
+
+def _registry_region(repositories: Mapping[str, str]) -> str | None:
+    """The region in an ECR repository URL (<account>.dkr.ecr.<region>.amazonaws.com/...)."""
+    for url in repositories.values():
+        found = re.match(r"^\d+\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com/", url)
+        if found:
+            return found.group(1)
+    return None
 
 
 def load_outputs_file(path: Path) -> dict[str, Any]:

@@ -45,7 +45,8 @@ SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, 
 WHERE operation_id IN ({_RUN_OPS}) ORDER BY id"""
 # what eligibility is judged against (docs/EVIDENCE.md, snapshot/agents.jsonl)
 _AGENTS_SQL = """
-SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries
+SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries,
+       cpu_slots, registered_at
 FROM agents ORDER BY name"""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -278,6 +279,25 @@ class ControlPlaneAdapter:
                                              out / "objects.jsonl", self.region,
                                              operations=None if since is None else ops)
         return counts
+
+
+def read_store(dsn: str, since: datetime) -> dict[str, Any]:
+    """The rows a snapshot holds (operations created at or after ``since``, their attempts and
+    events, every agent) read in one READ ONLY transaction, plus the database's ``now``: what
+    `gameday cost report --dsn` prices. Changes nothing in the store."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, row_factory=dict_row, connect_timeout=5) as conn:
+        conn.read_only = True
+        with conn.transaction():
+            now = conn.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
+            rows: dict[str, Any] = {"now": now}
+            for name, sql in (("operations", _OPS_SQL), ("attempts", _ATTEMPTS_SQL),
+                              ("events", _EVENTS_SQL), ("agents", _AGENTS_SQL)):
+                rows[name] = conn.execute(sql, {"since": since} if "%(since)s" in sql
+                                          else None).fetchall()
+    return rows
 
 
 def s3_client(endpoint: str | None, bucket: str, region: str | None = None) -> Any:

@@ -26,6 +26,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ from slo.verdict import Verdict
 ARCHIVE_ENV = "GAMEDAY_ARCHIVE"
 ENTRY = "entry.json"
 INCOMING = ".incoming"
+MakeEntry = Callable[[str, Sequence[str], float], IndexEntry]
 
 
 class ArchiveError(Exception):
@@ -56,6 +58,11 @@ class Archive(Protocol):
 
     def entries(self) -> list[IndexEntry]:
         """Every archived run's index entry, newest first."""
+        ...
+
+    def put_run(self, run_dir: Path, run_id: str, make_entry: MakeEntry) -> IndexEntry:
+        """Archive `run_dir` under `run_id` with the entry `make_entry(location, files,
+        archived_at)` (a skipped run has no verdict: slo.baseline.skipped_entry)."""
         ...
 
 
@@ -94,7 +101,11 @@ class LocalArchive:
         self.location = str(self.root)
 
     def put(self, run_dir: Path, verdict: Verdict) -> IndexEntry:
-        run_id = check_run_id(verdict.run_id)
+        return self.put_run(run_dir, verdict.run_id,
+                            lambda loc, files, at: entry_of(verdict, loc, files, at))
+
+    def put_run(self, run_dir: Path, run_id: str, make_entry: MakeEntry) -> IndexEntry:
+        run_id = check_run_id(run_id)
         dest = self.root / run_id
         if dest.exists():
             raise AlreadyArchived(f"{dest}: run {run_id} is archived already; archives are "
@@ -107,8 +118,8 @@ class LocalArchive:
                 rel = f.relative_to(run_dir)
                 (staging / "run" / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, staging / "run" / rel)
-            entry = entry_of(verdict, str(dest / "run"),
-                             [str(f.relative_to(run_dir)) for f in files], time.time())
+            entry = make_entry(str(dest / "run"),
+                               [str(f.relative_to(run_dir)) for f in files], time.time())
             (staging / ENTRY).write_text(entry.model_dump_json(indent=2, by_alias=True) + "\n",
                                          encoding="utf-8")
             try:
@@ -190,7 +201,11 @@ class S3Archive:
         return True
 
     def put(self, run_dir: Path, verdict: Verdict) -> IndexEntry:
-        run_id = check_run_id(verdict.run_id)
+        return self.put_run(run_dir, verdict.run_id,
+                            lambda loc, files, at: entry_of(verdict, loc, files, at))
+
+    def put_run(self, run_dir: Path, run_id: str, make_entry: MakeEntry) -> IndexEntry:
+        run_id = check_run_id(run_id)
         index_key = self._index_key(run_id)
         if self._exists(index_key):
             raise AlreadyArchived(f"s3://{self.bucket}/{index_key}: run {run_id} is archived "
@@ -201,7 +216,7 @@ class S3Archive:
         rels = [str(f.relative_to(run_dir)) for f in files]
         for f, rel in zip(files, rels):
             self._put_new(f"{base}/{rel}", f.read_bytes(), run_id)
-        entry = entry_of(verdict, f"s3://{self.bucket}/{base}/", rels, time.time())
+        entry = make_entry(f"s3://{self.bucket}/{base}/", rels, time.time())
         self._put_new(index_key, entry.model_dump_json(indent=2, by_alias=True).encode(), run_id)
         return entry
 

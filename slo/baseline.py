@@ -28,6 +28,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from slo.budget_gate import EXIT_SKIPPED, BudgetCheck
 from slo.verdict import BaselineComparison, BaselineResult, Check, ObjectiveComparison, Verdict
 
 ENTRY_SCHEMA = "gameday.archive/v1"
@@ -119,6 +120,17 @@ def entry_of(verdict: Verdict, location: str, files: Sequence[str], archived_at:
                                       measured=c.measured, status=c.status)
                     for c in verdict.checks],
     )
+
+
+def skipped_entry(check: BudgetCheck, run_id: str, platform: str, location: str,
+                  files: Sequence[str], archived_at: float) -> IndexEntry:
+    """The index entry of a game day the budget check skipped: no verdict, no objectives
+    (never a baseline), result `skipped` with the skip's exit code and reason."""
+    return IndexEntry(
+        run_id=check_run_id(run_id), suite=check.suite, env=check.env, platform=platform,
+        started_at=check.checked_at, ended_at=check.checked_at, result="skipped",
+        exit_code=EXIT_SKIPPED, score=None, reason=check.reason, archived_at=archived_at,
+        location=location, files=list(files))
 
 
 def newest_first(entries: Iterable[IndexEntry]) -> list[IndexEntry]:

@@ -55,3 +55,23 @@ def value_at_full_budget(target: float, duration_seconds: float, window_seconds:
     if duration_seconds <= 0:
         return target
     return max(0.0, 1.0 - (1.0 - target) * window_seconds / duration_seconds)
+
+
+def remaining_budget(err_ratio: float, target: float) -> float:
+    """Share of a window's error budget left when the window's error ratio is `err_ratio`
+    (1.0 = untouched, 0.0 = spent, negative = overspent)."""
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"target must be in (0, 1), got {target}")
+    if err_ratio < 0:
+        raise ValueError(f"error ratio must be >= 0, got {err_ratio}")
+    return 1.0 - err_ratio / (1.0 - target)
+
+
+def remaining_after_runs(samples: list[tuple[float, float]], target: float,
+                         window_seconds: float) -> float:
+    """Share of one window's budget left after the runs `samples` = (SLI value, seconds) each,
+    every run's value held for its duration and nothing spent outside them (see
+    slo/budget_gate.py for what that assumes)."""
+    spent = sum(budget_consumed(burn_rate(1.0 - value, target), seconds, window_seconds)
+                for value, seconds in samples)
+    return 1.0 - spent

@@ -14,7 +14,8 @@ from slo.evidence import EvidenceError
 from slo.specs import ENVIRONMENTS, SpecError, load_specs
 from slo.verdict import Verdict
 
-_STYLE = {"pass": "green", "warning": "yellow", "fail": "bold red", "error": "bold red",
+_STYLE = {"pass": "green", "warning": "yellow", "skipped": "yellow", "fail": "bold red",
+          "error": "bold red",
           "not_measured": "bold magenta", "no_data": "dim", None: "dim"}
 
 

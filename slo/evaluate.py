@@ -9,15 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
+from pydantic import ValidationError
+
 from slo import budget, sli
 from slo.archive import Archive, ArchiveError
 from slo.baseline import IndexEntry, Tolerances, compare, last_passing
+from slo.budget_gate import BUDGET_CHECK_FILE, BudgetCheck
 from slo.checks import build_checks
+from slo.cost import CostSummary, inputs_from_evidence, summarize
 from slo.decision import EXIT_EVIDENCE, EXIT_EXPERIMENT, EXIT_OBJECTIVE, EXIT_PASS, decide
 from slo.dropped import PROM_QUERY as DROPPED_QUERY
 from slo.dropped import dropped_evidence
 from slo.evidence import Evidence, EvidenceError, load_evidence
 from slo.experiment import evaluate_experiment, missing_experiment, owner_windows
+from slo.prices import PriceError, PriceTable, load_prices
 from slo.run_index import RunIndex, burn, slice_width
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
@@ -160,6 +165,7 @@ def evaluate_evidence(
     baseline_dirs: Sequence[Path] = (),
     relative_last: int | None = None,
     baseline_source: BaselineSource | None = None,
+    prices: PriceTable | PriceError | None = None,
 ) -> Verdict:
     run = RunIndex.of(evidence, specs)
     outcomes = compute_outcomes(run)
@@ -226,7 +232,31 @@ def evaluate_evidence(
         evidence_dropped=dropped.total,
         evidence_dropped_by_agent=dropped.by_agent,
         baseline=comparison,
+        **run_cost(evidence, prices),
     )
+
+
+def run_cost(evidence: Evidence,
+             prices: PriceTable | PriceError | None) -> dict[str, CostSummary | str | None]:
+    """The verdict's `cost` and `cost_error`: informational, so a price table that cannot be
+    read is said (cost_error), never a changed exit code. None: the packaged table."""
+    if prices is None:
+        try:
+            prices = load_prices()
+        except PriceError as exc:
+            prices = exc
+    if isinstance(prices, PriceError):
+        return {"cost": None, "cost_error": f"cost not computed: {prices}"}
+    return {"cost": summarize(inputs_from_evidence(evidence), prices), "cost_error": None}
+
+
+def prices_for(spec_dir: str | Path | None) -> PriceTable | PriceError:
+    """`<spec_dir>/prices.yaml` when a spec directory has one, else the packaged table."""
+    path = Path(spec_dir) / "prices.yaml" if spec_dir is not None else None
+    try:
+        return load_prices(path if path is not None and path.is_file() else None)
+    except PriceError as exc:
+        return exc
 
 
 def evaluate_run(
@@ -247,8 +277,22 @@ def evaluate_run(
     if baseline_archive is not None:
         r = evidence.run
         source = find_baseline(baseline_archive, r.run_id, r.suite, r.env, ts(r.started_at))
-    return evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs], relative_last,
-                             source)
+    verdict = evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs],
+                                relative_last, source, prices_for(spec_dir))
+    check = read_budget_check(Path(run_dir))
+    return verdict if check is None else verdict.model_copy(update={"budget_check": check})
+
+
+def read_budget_check(run_dir: Path) -> BudgetCheck | None:
+    """The budget check the runner recorded before the run (`budget-check.json`), if any."""
+    path = run_dir / BUDGET_CHECK_FILE
+    if not path.exists():
+        return None
+    try:
+        return BudgetCheck.model_validate_json(path.read_text(encoding="utf-8"))
+    except (ValidationError, ValueError) as exc:
+        raise EvidenceError(f"{BUDGET_CHECK_FILE}: unreadable: "
+                            f"{str(exc).splitlines()[0]}") from None
 
 
 def find_baseline(archive: Archive, run_id: str, suite: str, env: str,

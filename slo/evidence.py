@@ -135,6 +135,9 @@ class AgentRecord(_Record):
     datasets: tuple[str, ...] = ()
     accelerator_type: str | None = None
     accelerator_count: int = Field(default=0, ge=0)
+    # None: older snapshots (slo/cost.py: allocation unknown / counted from the window's start)
+    cpu_slots: int | None = Field(default=None, ge=0)
+    registered_at: UtcTime | None = None
 
 
 class Event(_Record):

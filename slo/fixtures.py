@@ -476,6 +476,7 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
         jsonl("snapshot/agents.jsonl", [{
             "name": AGENT, "pool": "cpu", "zone": f"{REGION}-a", "region": REGION,
             "datasets": [], "accelerator_type": None, "accelerator_count": 0,
+            "cpu_slots": 4,
         }])
     (root / "load_stats.json").write_text(
         json.dumps(

@@ -13,6 +13,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from slo.charts import legend_items, timeline_svg
+from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
 from slo.junit import junit_xml
 from slo.specs import Specs, load_specs
@@ -112,6 +113,19 @@ def baseline_rows(verdict: Verdict) -> list[tuple[ObjectiveComparison, str, str]
             for o in verdict.baseline.objectives]
 
 
+def budget_text(verdict: Verdict) -> str | None:
+    """One sentence on the budget check before the run; says so when the run was forced."""
+    b = verdict.budget_check
+    if b is None:
+        return None
+    head = "FORCED: " if b.forced and b.blocking else ""
+    return head + b.reason + f" (floor: gate.minRemainingBudget {b.floor:.0%})."
+
+
+def _left(remaining: float | None) -> str:
+    return "no data" if remaining is None else f"{remaining:.1%}"
+
+
 def render_markdown(verdict: Verdict) -> str:
     lines = [
         f"# Game day {verdict.run_id}: {verdict.result.upper()}",
@@ -130,6 +144,12 @@ def render_markdown(verdict: Verdict) -> str:
     if verdict.not_applicable:
         lines += [f"## Not applicable to {verdict.platform}", ""] + [
             f"- {name}: {why}" for name, why in sorted(verdict.not_applicable.items())] + [""]
+    if verdict.budget_check is not None:
+        b = verdict.budget_check
+        lines += ["## Error budget before the run", "", budget_text(verdict) or "", "",
+                  "| SLO | remaining | status | detail |", "| --- | ---: | --- | --- |"]
+        lines += [f"| {x.slo} | {_left(x.remaining)} | {x.status.value} | {x.detail} |"
+                  for x in b.budgets] + [""]
     summary = baseline_summary(verdict)
     if summary is not None:
         lines += ["## Baseline: last passing run of this suite and env", "", summary, "",
@@ -156,6 +176,7 @@ def render_markdown(verdict: Verdict) -> str:
     dropped = by_id.get("evidence.dropped")
     if dropped is not None:
         lines += ["", f"Dropped evidence: {dropped.message} ({status_label(dropped.status)})."]
+    lines += cost_markdown(verdict)
     for e in verdict.experiments:
         lines += ["", f"## {e.name}: {status_label(experiment_status(verdict, e.name))}", ""]
         runbook = (f" Runbook: [runbooks/{e.runbook}.md](runbooks/{e.runbook}.md)."
@@ -219,6 +240,23 @@ def render_markdown(verdict: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost_markdown(verdict: Verdict) -> list[str]:
+    """The Cost section (slo/cost.py): informational, never part of the gate."""
+    lines = ["", "## Cost", ""]
+    c = verdict.cost
+    if c is None:
+        return lines + [verdict.cost_error or "Cost: not computed (verdict from an older version)."]
+    lines += [source_line(c), "", "| figure | value |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in summary_rows(c)]
+    lines += ["", "| " + " | ".join(POOL_HEADER) + " |",
+              "| " + " | ".join("---" for _ in POOL_HEADER) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in pool_rows(c)]
+    if c.unpriced or c.notes:
+        lines.append("")
+    lines += [f"- unpriced: {u}" for u in c.unpriced] + [f"- note: {n}" for n in c.notes]
+    return lines
+
+
 def _exp_checks(verdict: Verdict, name: str) -> list[Check]:
     return [c for c in verdict.checks if c.experiment == name]
 
@@ -248,9 +286,15 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
                 "no_data": statuses.count("no_data")},
         headline=headline(verdict),
         baseline_summary=baseline_summary(verdict),
+        budget_text=budget_text(verdict),
+        budget_left=_left,
         baseline_rows=baseline_rows(verdict),
         score_text=score_text(verdict),
         dropped=dropped_text(verdict),
+        cost_source=source_line(verdict.cost) if verdict.cost else None,
+        cost_rows=summary_rows(verdict.cost) if verdict.cost else [],
+        pool_header=POOL_HEADER,
+        pool_rows=pool_rows(verdict.cost) if verdict.cost else [],
         check_by_id={c.id: c for c in verdict.checks},
         checks_by_exp={e.name: _exp_checks(verdict, e.name) for e in verdict.experiments},
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},

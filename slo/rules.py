@@ -105,6 +105,22 @@ def sli_rules(slo: Slo, specs: Specs) -> list[dict[str, Any]]:
     ]
 
 
+def window_error_ratio_query(slo: Slo, specs: Specs) -> str | None:
+    """PromQL for the SLO's error ratio over its whole window, from the recorded series of its
+    shortest alert window (Sloth's period error ratio: the average of the short-window ratio
+    over the SLO window; each evaluation weighs the same, whatever its traffic). None when the
+    rules record nothing for this SLO (evidence-only SLI, or no alert policy)."""
+    if slo.indicator.prometheus is None or not slo.alert_policies:
+        return None
+    floor = specs.rules.min_window_seconds
+    shortest = min(scaled_window(s, slo.window_seconds, floor)
+                   for p in slo.alert_policies for c in p.conditions
+                   for s in (c.short_window_seconds, c.long_window_seconds))
+    record = _record_name(format_duration(shortest))
+    return (f'avg_over_time({record}{{slo="{slo.name}"}}'
+            f"[{format_duration(slo.window_seconds)}])")
+
+
 def metadata_rules(slo: Slo) -> list[dict[str, Any]]:
     return [
         {

@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from slo.budget_gate import BudgetCheck
+from slo.cost import CostSummary
+
 SCHEMA = "gameday.verdict/v2"
 # pass/warning/fail are scored; not_measured (the experiment did not run as designed) and
 # no_data (a non-key SLI without events) are reported only (slo/scoring.py)
@@ -214,6 +217,12 @@ class Verdict(_M):
     evidence_dropped_by_agent: dict[str, int] = Field(default_factory=dict)
     # the last passing archived run of the same suite and env (`gameday gate`, `--baseline-from`)
     baseline: BaselineComparison | None = None
+    # the budget check before the run (`--budget-check`; budget-check.json), forced or not
+    budget_check: BudgetCheck | None = None
+    # cost of the run's attempts at declared prices (slo/cost.py, docs/cost.md); never affects
+    # the gate. None in old verdicts, or when it could not be computed (cost_error says why)
+    cost: CostSummary | None = None
+    cost_error: str | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

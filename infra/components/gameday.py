@@ -143,7 +143,9 @@ def args_for(cfg: GameDayConfig, environment: str, archive: pulumi.Input[str]) -
     # The pod's /runs is an emptyDir: the archive in the artifact bucket is what outlives it
     # (history, baselines).
     args = ["gate", "--env", environment, "--suite", cfg.suite, "--target", TARGET_PATH,
-            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH, "--archive", archive]
+            "--runs-dir", RUNS_DIR, "--freeze-file", FREEZE_PATH, "--archive", archive,
+            # skip (exit 5) when an SLO the suite touches is below the env's budget floor
+            "--budget-check"]
     if cfg.allow_prod and environment == "prod":
         args.append("--allow-prod")
     return args

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
+from infra.timeline_metrics import DEFAULT_METRICS_PORT
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
@@ -290,6 +291,9 @@ def _prometheus_cfg(state: Path, env_name: str, ports: dict[str, int], agents: t
         # moto has no metrics endpoint: the fault proxy exports a TCP probe of it
         # (gameday_proxy_upstream_up{route="s3"}) and the mode of every route.
         job("faultproxy", [f"127.0.0.1:{ports['proxy_control']}"]),
+        # the fault timeline of a running game day (gameday run --metrics-port, default
+        # port); down between game days, which is what "no game day running" looks like
+        job("gameday", [f"127.0.0.1:{DEFAULT_METRICS_PORT}"]),
     ]
     if controlplane:
         jobs.append({"job_name": "api", "static_configs": [

@@ -316,12 +316,15 @@ class LocalEnvironment:
         """The end of a component's log (for error messages)."""
         return tail(self.log_file(component), lines)
 
-    def _run_step(self, name: str, argv: list[str], timeout: float = 60.0) -> None:
+    def _run_step(self, name: str, argv: list[str], timeout: float = 60.0,
+                  env_extra: dict[str, str] | None = None) -> None:
+        """Run one setup command; secrets go in ``env_extra`` (never argv: it is visible in
+        `ps` and written to the step's log)."""
         log = self.log_file(name)
         with open(log, "ab") as out:
             out.write(f"\n--- {utcnow()} {' '.join(argv)}\n".encode())
             out.flush()
-            env = {**os.environ, procs.MARKER_VAR: str(self.state_dir)}
+            env = {**os.environ, **(env_extra or {}), procs.MARKER_VAR: str(self.state_dir)}
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     timeout=timeout, cwd=self.state_dir, stdin=subprocess.DEVNULL,
                                     check=False)
@@ -521,10 +524,11 @@ class LocalEnvironment:
                                      tail(self.log_file("registry"))) from exc
 
     def _up_controlplane(self, say: Reporter, timeout: float, agents: tuple[AgentSpec, ...]) -> None:
+        from controlplane.db import DSN_ENV
         from infra.local.components import gameday_argv
 
-        dsn = self.endpoints["dsn"]
-        self._run_step("migrate", gameday_argv("controlplane", "migrate", "--dsn", dsn))
+        dsn_env = {DSN_ENV: self.endpoints["dsn"]}
+        self._run_step("migrate", gameday_argv("controlplane", "migrate"), env_extra=dsn_env)
         say("schema migrated")
         secrets = self.db.secrets()
         seed = {
@@ -538,7 +542,8 @@ class LocalEnvironment:
         seed_file = self.state_dir / "seed.yaml"
         seed_file.write_text(yaml.safe_dump(seed, sort_keys=False))
         os.chmod(seed_file, 0o600)
-        self._run_step("seed", gameday_argv("controlplane", "seed", "--dsn", dsn, "--file", str(seed_file)))
+        self._run_step("seed", gameday_argv("controlplane", "seed", "--file", str(seed_file)),
+                       env_extra=dsn_env)
         say("projects, tokens and queues seeded")
         names = [n for n, s in self.components.items() if s.group in (Group.CONTROLPLANE, Group.AGENT)]
         for name in names:

@@ -30,3 +30,35 @@ def assert_no_processes(home: Path) -> None:
     while procs.marked_processes(state) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert procs.marked_processes(state) == []
+
+
+def env_secrets(state: Path) -> dict[str, str]:
+    """Every secret the local environment holds (env.json), by a name that says which."""
+    import json
+
+    info = json.loads((state / "env.json").read_text())
+    found: dict[str, str] = {}
+
+    def walk(value: object, path: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(value, str) and len(value) >= 12:  # generated secrets are long
+            found[path] = value
+
+    walk(info.get("secrets", {}), "secrets")
+    walk({k: v for k, v in info.items() if k.endswith("password")}, "env")
+    for platform, data in (info.get("platforms") or {}).items():
+        if isinstance(data, dict):
+            walk({k: v for k, v in data.items() if "password" in k or "token" in k}, platform)
+    return found
+
+
+def leaked_secrets(roots: list[Path], secrets: dict[str, str]) -> list[tuple[str, str]]:
+    """(file, secret name) for every file under ``roots`` that contains a secret verbatim."""
+    leaks: list[tuple[str, str]] = []
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            leaks += [(str(path), name) for name, value in secrets.items() if value.encode() in data]
+    return leaks

@@ -26,7 +26,7 @@ import pytest
 
 from gameday.selftest import MATRIX
 from gameday.suites import SUITES
-from tests.gameday.localrun import assert_no_processes, only_run
+from tests.gameday.localrun import assert_no_processes, env_secrets, leaked_secrets, only_run
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +120,11 @@ def test_core_suite_from_a_fresh_clone_passes_with_every_experiment_measured(
     started = json.loads((run_dir / "run.json").read_text())["started_at"]
     for line in (run_dir / "snapshot" / "operations.jsonl").read_text().splitlines():
         assert json.loads(line)["created_at"] >= started[:19]
+    # no secret of the environment in any log, evidence file, report or archived copy
+    secrets = env_secrets(state)
+    assert {"secrets.pg_app", "secrets.agent_token", "secrets.admin_token"} <= set(secrets)
+    roots = [state / "logs", run_dir] + [p for p in [clone.path / "archive"] if p.exists()]
+    assert leaked_secrets(roots, secrets) == []
 
 
 @pytest.mark.timeout(2400)

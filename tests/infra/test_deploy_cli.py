@@ -322,6 +322,27 @@ def test_local_build_commands_and_digests(aws: Recorder, checkout: Path, outputs
     assert aws.sent("StartBuild") == [], "--local never starts CodeBuild"
 
 
+def test_local_build_needs_no_runner(aws: Recorder, checkout: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # dev: public endpoint, no deploy runner; the registry (and its region) is all --local needs
+    outputs = tmp_path / "dev-outputs.json"
+    outputs.write_text(json.dumps({"clusterName": "mlplatform-dev", "repositories": REPOS}))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "docker").write_text(FAKE_DOCKER)
+    (bindir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "docker.log"))
+    result = _run("image", "--stack", "dev", "--outputs", str(outputs), "--local",
+                  "--no-set-config", "--work-dir", str(checkout))
+    assert result.exit_code == 0, result.output
+    assert f"controlplane: sha256:{'c' * 64}" in result.output
+    # without --local the missing runner is named
+    result = _run("image", "--stack", "dev", "--outputs", str(outputs), "--no-set-config",
+                  "--work-dir", str(checkout))
+    assert result.exit_code == 1 and "no 'deployRunner' output" in result.output
+
+
 def test_repo_digest_parsing() -> None:
     repo = REPOS["controlplane"]
     assert deploy.repo_digest(f"{repo}@sha256:{'e' * 64}\n", repo) == f"sha256:{'e' * 64}"

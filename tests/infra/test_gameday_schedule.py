@@ -91,7 +91,8 @@ def test_staging_cronjob_runs_gameday_gate_weekly_without_overlap(runs: dict[str
     assert c["args"] == ["gate", "--env", "staging", "--suite", "core",
                          "--target", "/etc/gameday/target.json", "--runs-dir", "/runs",
                          "--freeze-file", "/etc/gameday/freeze-windows.yaml",
-                         "--archive", f"s3://{_bucket_id(run)}/gameday-archive"]
+                         "--archive", f"s3://{_bucket_id(run)}/gameday-archive",
+                         "--budget-check"]
     assert "--allow-prod" not in c["args"]
     # Credentials only as env vars from Secrets (the store DSN for the snapshot, an agent
     # token for the fencing probe, the game-day project's token), never in the ConfigMap.
