@@ -243,3 +243,66 @@ def kube_token_cmd(cluster: str, region: str) -> None:
         click.echo(json.dumps(exec_credential(eks_token(cluster, region))))
     except TokenError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@infra_group.command("waste")
+@click.option("--stack", help="Look only at resources tagged project=PROJECT, stack=STACK "
+              "(dev, staging, prod) and at the stack's VPC.")
+@click.option("--all-stacks", is_flag=True, help="Look at every resource of the region.")
+@click.option("--project", default="mlplatform", show_default=True, help="The project tag.")
+@click.option("--region", help="AWS region (default: the session's, AWS_REGION).")
+@click.option("--min-age-days", type=click.FloatRange(min=0), default=7.0, show_default=True,
+              help="Unattached volumes, snapshots and stopped instances younger than this are "
+              "not waste.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--apply", is_flag=True, help="Delete the cleanup list (resources tagged "
+              "lifecycle=temporary of a deletable kind); default: dry run.")
+@click.option("--allow-prod", is_flag=True, help="Let --apply delete in a prod stack.")
+def waste_cmd(stack: str | None, all_stacks: bool, project: str, region: str | None,
+              min_age_days: float, as_json: bool, apply: bool, allow_prod: bool) -> None:
+    """Find waste (unattached volumes, old snapshots, stopped instances, idle load balancers,
+    untagged VPC resources, log groups without retention, alarms without actions, topics
+    without subscriptions), each with owner and age. Only resources tagged
+    lifecycle=temporary are proposed for deletion; the rest is a review list. Exit 0 no
+    waste, 3 waste found, 1 error (docs/waste.md)."""
+    from infra import waste
+    from infra.cloud.aws import BOTO_CONFIG
+
+    if bool(stack) == all_stacks:
+        raise click.UsageError("give exactly one of --stack NAME or --all-stacks")
+    if apply and stack and stack.split("-")[0] == "prod" and not allow_prod:
+        raise click.ClickException(f"refused: --apply on stack {stack} (prod); give --allow-prod")
+    scope = waste.Scope(project, stack, min_age_days)
+    session = _session(region)
+
+    def progress(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    try:
+        found = waste.find_all(session, scope, BOTO_CONFIG, progress=progress)
+        deleted = (waste.apply_cleanup(session, found, allow_prod, BOTO_CONFIG, progress)
+                   if apply else [])
+    except waste.WasteError as exc:
+        raise click.ClickException(str(exc)) from exc
+    where = f"stack {stack}" if stack else "all stacks"
+    if as_json:
+        click.echo(json.dumps({"scope": where, "region": session.region_name,
+                               "findings": [f.to_json() for f in found],
+                               "applied": apply,
+                               "deleted": [f.resource for f in deleted]}, indent=2))
+    else:
+        rows = [(f.kind.value, f.resource, f.owner, f.age, f.reason,
+                 "deleted" if f in deleted else f.action.value) for f in found]
+        if rows:
+            head = ("KIND", "ID", "OWNER", "AGE", "REASON", "ACTION")
+            widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+            for row in [head, *rows]:
+                click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
+                           + "  " + row[5])
+        cleanup = [f for f in found if f.action is waste.Action.DELETE]
+        verb = "deleted" if apply else "would delete (dry run; --apply to delete)"
+        click.echo(f"{where} in {session.region_name}: {len(found)} finding(s), "
+                   f"{len(found) - len(cleanup)} to review, {len(cleanup)} cleanup; "
+                   f"{verb}: {', '.join(f.resource for f in (deleted if apply else cleanup)) or '-'}")
+    if found:
+        sys.exit(EXIT_DRIFT)
