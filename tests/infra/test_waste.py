@@ -78,17 +78,19 @@ def seeded(session: boto3.session.Session) -> dict[str, str]:
                for i, az in enumerate("ab")]
     image = ec2.register_image(Name="base-image", RootDeviceName="/dev/sda1")["ImageId"]
 
-    def instance(name: str) -> str:
+    def instance(name: str, eni_tags: list[dict[str, str]]) -> str:
         inst = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnets[0],
                                  TagSpecifications=spec("instance", Name=name)
                                  + spec("volume"))["Instances"][0]
         # moto does not apply network-interface TagSpecifications: tag the ENI afterwards
-        ec2.create_tags(Resources=[inst["NetworkInterfaces"][0]["NetworkInterfaceId"]],
-                        Tags=tags())
+        eni = inst["NetworkInterfaces"][0]["NetworkInterfaceId"]
+        ec2.create_tags(Resources=[eni], Tags=eni_tags)
+        ids[f"{name}_eni"] = eni
         return inst["InstanceId"]
 
-    ids["web"] = instance("web")
-    ids["stopped"] = instance("stopped")
+    # the web instance's ENI lacks only cost-center
+    ids["web"] = instance("web", [t for t in tags() if t["Key"] != "cost-center"])
+    ids["stopped"] = instance("stopped", tags())
     ec2.stop_instances(InstanceIds=[ids["stopped"]])
     ids["sg_untagged"] = ec2.create_security_group(GroupName="scratch", Description="scratch",
                                                    VpcId=vpc)["GroupId"]
@@ -166,6 +168,7 @@ def expected(ids: dict[str, str]) -> set[tuple[str, str, str, str]]:
         ("idle-load-balancer", ids["lb_nolistener"], OWNER, "review"),
         ("idle-load-balancer", ids["lb_notargets"], OWNER, "review"),
         ("untagged", ids["sg_untagged"], "untagged", "review"),
+        ("untagged", ids["web_eni"], OWNER, "review"),
         ("log-group-no-retention", "/mlplatform/staging/debug", OWNER, "review"),
         ("log-group-no-retention", "/mlplatform/staging/scratch", OWNER, "delete"),
         ("alarm-no-actions", "quiet", OWNER, "review"),
@@ -190,6 +193,8 @@ def test_finds_exactly_the_seeded_waste(seeded: dict[str, str],
         assert by_id[unknown]["age"] == "unknown"
     assert by_id[seeded["sg_untagged"]]["reason"] == (
         "security group scratch missing tags: owner, environment, project, cost-center")
+    assert by_id[seeded["web_eni"]]["reason"] == (
+        "network interface (interface) missing tags: cost-center")
     assert by_id[seeded["lb_notargets"]]["reason"] == "no healthy target in 1 target group(s)"
     assert by_id[seeded["lb_nolistener"]]["reason"] == "no listeners"
     assert json.loads(result.stdout)["deleted"] == []
@@ -271,7 +276,7 @@ def test_table_and_usage(seeded: dict[str, str]) -> None:
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["KIND", "ID", "OWNER", "AGE", "REASON", "ACTION"]
     assert len(lines) == 1 + len(expected(seeded)) + 1
-    assert f"stack {STACK} in {REGION}: 11 finding(s), 9 to review, 2 cleanup" in lines[-1]
+    assert f"stack {STACK} in {REGION}: 12 finding(s), 10 to review, 2 cleanup" in lines[-1]
     assert "unattached volumes ..." in table.stderr
     assert run("--stack", STACK, "--all-stacks").exit_code == 2
     assert run().exit_code == 2
