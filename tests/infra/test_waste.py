@@ -286,3 +286,15 @@ def test_no_waste_exits_zero(session: boto3.session.Session) -> None:
     result = run("--stack", STACK, "--min-age-days", "0")
     assert result.exit_code == 0, result.output
     assert "0 finding(s)" in result.stdout
+
+
+def test_errors_name_the_call_and_exit_one(session: boto3.session.Session,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: refused
+    result = run("--stack", STACK)
+    assert result.exit_code == 1
+    assert "Error: ec2.describe_volumes: Could not connect to the endpoint URL" in result.output
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    with pytest.raises(waste.WasteError, match="no AWS region"):
+        waste.find_all(boto3.session.Session(), waste.Scope(PROJECT, STACK))
+
