@@ -236,6 +236,11 @@ def untagged_in_vpcs(ec2: Any, vpc_ids: list[str], now: datetime, region: str) -
         for vol in _pages(ec2, "describe_volumes", "Volumes", VolumeIds=volume_ids):
             check(vol["VolumeId"], tag_dict(vol.get("Tags")), vol.get("CreateTime"), "volume")
     for eni in _pages(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=vpc):
+        # Interfaces AWS creates for a service (NAT gateway, VPC endpoint, load balancer) are
+        # requester-managed: not taggable by us, billed through their service. Not tested:
+        # moto cannot create one.
+        if eni.get("RequesterManaged"):
+            continue
         check(eni["NetworkInterfaceId"], tag_dict(eni.get("TagSet")), None,
               f"network interface ({eni.get('InterfaceType', 'interface')})")
     for sg in _pages(ec2, "describe_security_groups", "SecurityGroups", Filters=vpc):
