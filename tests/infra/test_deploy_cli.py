@@ -12,7 +12,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,7 @@ from botocore.validate import validate_parameters
 from click.testing import CliRunner, Result
 
 from infra import cli, deploy
-from infra.local.launch import spawn, wait_http
-from infra.local.pgserver import free_port
+from tests.infra.motoserver import moto_server
 
 DATA = Path(__file__).parent / "data" / "codebuild"
 REGION = "eu-west-1"
@@ -44,17 +42,8 @@ CP, GD = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    proc = spawn("moto", [str(Path(sys.executable).parent / "moto_server"),
-                          "-H", "127.0.0.1", "-p", str(port)],
-                 tmp_path_factory.mktemp("moto"),
-                 env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(endpoint + "/moto-api/", proc, 30)
+    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
         yield endpoint
-    finally:
-        proc.stop()
 
 
 class Recorder:

@@ -6,10 +6,8 @@ creation time to "now", so the age threshold is tested by moving the scan's cloc
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,8 +17,7 @@ from botocore.exceptions import ClientError
 from click.testing import CliRunner, Result
 
 from infra import cli, waste
-from infra.local.launch import spawn, wait_http
-from infra.local.pgserver import free_port
+from tests.infra.motoserver import moto_server
 
 REGION = "eu-west-1"
 PROJECT, STACK = "mlplatform", "staging"
@@ -39,19 +36,10 @@ def spec(kind: str, **extra: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
     # moto's built-in AMIs come with ~1300 snapshots "owned" by the test account: not ours.
-    proc = spawn("moto", [str(Path(sys.executable).parent / "moto_server"),
-                          "-H", "127.0.0.1", "-p", str(port)],
-                 tmp_path_factory.mktemp("moto"),
-                 env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                      "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"})
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(endpoint + "/moto-api/", proc, 30)
+    with moto_server(tmp_path_factory.mktemp("moto"),
+                     {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}) as endpoint:
         yield endpoint
-    finally:
-        proc.stop()
 
 
 @pytest.fixture()

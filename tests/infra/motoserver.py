@@ -1,0 +1,28 @@
+"""A real moto server for tests/infra (subprocess on 127.0.0.1, stopped with its fixture and
+tied to the test session like every server tests start)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from infra.local.launch import spawn, wait_http
+from infra.local.pgserver import free_port
+
+
+@contextmanager
+def moto_server(log_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Yield the endpoint URL of a fresh moto server."""
+    port = free_port()
+    proc = spawn("moto", [str(Path(sys.executable).parent / "moto_server"),
+                          "-H", "127.0.0.1", "-p", str(port)], log_dir,
+                 env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                      **(extra_env or {})})
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(endpoint + "/moto-api/", proc, 30)
+        yield endpoint
+    finally:
+        proc.stop()
