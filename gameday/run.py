@@ -663,8 +663,8 @@ def settle_seconds(env: str, experiment: str) -> float:
     specs = load_specs(env)
     g = load_experiment(experiment).gameday
     ro = specs.recovery_objectives.get(str(g.get("recovery_objective")))
-    names = [n for n in dict.fromkeys([*(g.get("slos") or []), *(ro.slos if ro else [])])
-             if n in specs.slo_names]
+    own = list(g.get("slos") or [])
+    names = [n for n in (ro.judged_slos(own) if ro else dict.fromkeys(own)) if n in specs.slo_names]
     return observation_seconds(specs, names)
 
 

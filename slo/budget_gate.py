@@ -52,7 +52,7 @@ def experiment_slos(specs: Specs, recovery_objective: str, slos: Sequence[str],
     if ro is None:
         raise SpecError(f"{where}: field recovery_objective: unknown {recovery_objective!r} "
                         f"(known: {', '.join(specs.recovery_objectives)})")
-    names = list(dict.fromkeys([*slos, *ro.slos]))
+    names = ro.judged_slos(slos)
     for name in names:
         if name not in specs.slo_names:
             raise SpecError(f"{where}: field slos: unknown SLO {name!r}")

@@ -190,7 +190,7 @@ def declared(specs: Specs, exp: ExperimentEvidence) -> Declared:
             f"{where}.recovery_objective: "
             f"unknown {ext.recovery_objective!r} (known: {', '.join(specs.recovery_objectives)})"
         )
-    slos = list(dict.fromkeys([*ext.slos, *ro.slos]))
+    slos = ro.judged_slos(ext.slos)
     for name in slos:
         if name not in specs.slo_names:
             raise EvidenceError(f"{where}.slos: unknown SLO {name!r}")

@@ -6,6 +6,7 @@ Field names are snake_case Python; the YAML documents use camelCase (OpenSLO for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 from typing import Literal
 
@@ -145,6 +146,11 @@ class RecoveryObjective(_Frozen):
     @property
     def restore_point_seconds(self) -> float | None:
         return self.rpo.restore_point_seconds
+
+    def judged_slos(self, own: Sequence[str]) -> list[str]:
+        """The SLOs an experiment of this failure class is judged against: the experiment's
+        own, then this objective's, each once (evaluation, settling and the budget gate)."""
+        return list(dict.fromkeys([*own, *self.slos]))
 
 
 class EvaluationSettings(_Frozen):
