@@ -503,8 +503,12 @@ def checkpoint_progress_loss(
     checkpoint_every: float | None,
     index: ObjectIndex,
 ) -> list[ProgressLoss]:
-    """For each retry attempt of one operation: steps recomputed vs the best earlier attempt,
-    and whether it resumed from a checkpoint that is not complete (torn)."""
+    """For each retry attempt of one operation that ran: steps recomputed vs the best earlier
+    attempt, and whether it resumed from a checkpoint that is not complete (torn).
+
+    An attempt that never started (lost on an agent that was already down, before it was
+    claimed) recomputed nothing: it is not a loss itself, and the attempt that ran after it is
+    measured against the best progress before either."""
     steps = progress_steps(events)
     resumed = {
         e.attempt_id: float(e.data.get("from_step", 0))
@@ -514,7 +518,7 @@ def checkpoint_progress_loss(
     ordered = sorted(attempts, key=lambda a: a.number)
     out = []
     for i, a in enumerate(ordered):
-        if i == 0:
+        if i == 0 or not _ran(a, steps, resumed):
             continue
         before = max((steps.get(p.id, 0.0) for p in ordered[:i]), default=0.0)
         start = resumed.get(a.id, 0.0)
@@ -529,6 +533,11 @@ def checkpoint_progress_loss(
         intervals = lost / checkpoint_every if checkpoint_every else None
         out.append(ProgressLoss(a.operation_id, a.id, lost, intervals, start, torn))
     return out
+
+
+def _ran(a: Attempt, steps: dict[str, float], resumed: dict[str, float]) -> bool:
+    # any step or resume recorded also counts: the "started" transition may be what was lost
+    return a.started_at is not None or a.id in steps or a.id in resumed
 
 
 def group_by(items: Iterable, key: str) -> dict[str, list]:

@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from slo import budget, sli
-from slo.evidence import Event, LedgerEntry, Operation
+from slo.evidence import Attempt, Event, LedgerEntry, Operation
 from slo.scoring import Criterion, Scored, Status, check_status, gate_outcome
 
 targets = st.floats(min_value=0.5, max_value=0.99999)
@@ -335,3 +335,38 @@ def test_typed_criteria_read_as_written_and_parse_back(criterion: Criterion, tex
     # person writing the same text gets the same criterion
     assert str(criterion) == text
     assert Criterion.parse(text) == criterion
+
+
+def _attempt(n: int, started: bool) -> Attempt:
+    at = T0 + timedelta(seconds=10 * n)
+    return Attempt(id=f"a{n}", operation_id="op", number=n, state="lost", created_at=at,
+                   started_at=at if started else None)
+
+
+def _step(attempt: str, kind: str, **data: float) -> Event:
+    return Event(operation_id="op", attempt_id=attempt, time=T0, kind=kind, data=data)
+
+
+def test_an_attempt_that_never_started_recomputed_nothing() -> None:
+    # Measured on a game day: attempt 1 reached step 15 (checkpoint at 10); attempt 2 was
+    # assigned to an agent that was already down and lost before it was claimed; attempt 3
+    # resumed from step 10. Five steps were recomputed, not 15 + 5.
+    attempts = [_attempt(1, True), _attempt(2, False), _attempt(3, True)]
+    events = [_step("a1", "checkpoint_written", step=10), _step("a1", "progress", step=15),
+              _step("a3", "resumed", from_step=10), _step("a3", "progress", step=20)]
+    losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
+    assert [(x.attempt_id, x.lost_steps, x.intervals) for x in losses] == [("a3", 5.0, 0.5)]
+
+
+def test_an_attempt_that_ran_from_scratch_after_a_lost_one_is_measured_in_full() -> None:
+    attempts = [_attempt(1, True), _attempt(2, False), _attempt(3, True)]
+    events = [_step("a1", "progress", step=15), _step("a3", "progress", step=20)]
+    losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
+    assert [(x.attempt_id, x.lost_steps) for x in losses] == [("a3", 15.0)]
+
+
+def test_an_attempt_whose_start_was_not_recorded_but_made_progress_counts() -> None:
+    attempts = [_attempt(1, True), _attempt(2, False)]
+    events = [_step("a1", "progress", step=15), _step("a2", "progress", step=3)]
+    losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
+    assert [(x.attempt_id, x.lost_steps) for x in losses] == [("a2", 15.0)]
