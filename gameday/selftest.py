@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gameday.run import EXIT_REFUSED, Options, resolve_home, run_gameday
+from gameday.suites import SUITES
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,13 @@ def judge(case: Case, exit_code: int, verdict: dict[str, Any] | None) -> tuple[b
     return True, failed, ""
 
 
+def select(defects: tuple[str, ...], suite: str) -> list[Case]:
+    """The matrix rows to run: the named defects (any suite), else every row of the suite."""
+    if defects:
+        return [c for c in MATRIX if c.defect in defects]
+    return [c for c in MATRIX if c.experiment in SUITES[suite]]
+
+
 def _only_run(runs: Path) -> Path | None:
     dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
     return dirs[0] if len(dirs) == 1 else None
@@ -121,12 +129,15 @@ def _table(results: list[Result]) -> Table:
 @click.command("selftest")
 @click.option("--defect", "defects", multiple=True, type=click.Choice([c.defect for c in MATRIX]),
               help="Only this seeded defect (repeatable); default: the whole matrix.")
+@click.option("--suite", type=click.Choice([s for s in SUITES if s != "ci"]), default="full",
+              show_default=True,
+              help="Only the defects whose experiment is in this suite.")
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True,
               help="Run directories go to RUNS_DIR/selftest-<time>/<defect>/.")
 @click.option("--down-after/--keep-env", default=False,
               help="Take down an environment this command brought up (default: keep it).")
-def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> None:
+def selftest_cmd(defects: tuple[str, ...], suite: str, runs_dir: Path, down_after: bool) -> None:
     """Run each seeded control-plane defect against the experiment meant to catch it and print
     the matrix: failure class, defect, experiment, caught/missed, the objective that caught it.
     Local environment only; exit 0 when every defect was caught by its named objective."""
@@ -136,7 +147,7 @@ def selftest_cmd(defects: tuple[str, ...], runs_dir: Path, down_after: bool) -> 
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     home = resolve_home(None)
-    cases = [c for c in MATRIX if not defects or c.defect in defects]
+    cases = select(defects, suite)
     env = LocalEnvironment("local", home)
     started_env = False
     if not env.is_running():

@@ -5,7 +5,7 @@ objective, or a run that never produced a verdict are reported, never taken for 
 from __future__ import annotations
 
 from controlplane import defects
-from gameday.selftest import MATRIX, Case, judge
+from gameday.selftest import MATRIX, Case, judge, select
 from gameday.suites import SUITES
 
 CASE = Case("agent-connectivity-loss", "fencing-off", "agent-connectivity-loss",
@@ -34,7 +34,18 @@ def test_the_matrix_covers_every_defect_and_every_failure_class() -> None:
                "agent-connectivity-loss", "ineligible-fallback-region"}
     assert {c.failure_class for c in MATRIX} == classes
     for c in MATRIX:
-        assert c.experiment in SUITES["core"] and c.objective.startswith(c.experiment + ".")
+        assert c.experiment in SUITES["full"] and c.objective.startswith(c.experiment + ".")
+
+
+def test_a_suite_selects_the_defects_of_its_experiments_and_a_named_defect_any(
+        monkeypatch) -> None:
+    full_only = Case("db-primary-loss", "x", "db-restore-from-backup", "db-restore-from-backup.rto")
+    monkeypatch.setattr("gameday.selftest.MATRIX", (*MATRIX, full_only))
+    core = select((), "core")
+    assert core and all(c.experiment in SUITES["core"] for c in core)
+    assert full_only in select((), "full") and full_only in select(("x",), "core")
+    assert {c.defect for c in select((), "full")} == {c.defect for c in MATRIX} | {"x"}
+    assert [c.defect for c in select(("fencing-off",), "core")] == ["fencing-off"]
 
 
 def test_an_unknown_defect_name_is_refused_not_ignored() -> None:
