@@ -306,3 +306,68 @@ def waste_cmd(stack: str | None, all_stacks: bool, project: str, region: str | N
                    f"{verb}: {', '.join(f.resource for f in (deleted if apply else cleanup)) or '-'}")
     if found:
         sys.exit(EXIT_DRIFT)
+
+
+@infra_group.command("decommission")
+@click.option("--stack", required=True, help="Platform stack to retire (Pulumi.<stack>.yaml in "
+              "--work-dir: its environment, region and tags).")
+@click.option("--dry-run", is_flag=True, help="Print what each step would do; change nothing.")
+@click.option("--allow-prod", is_flag=True, help="Let it retire a stack whose environment is prod.")
+@click.option("--evidence-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where the evidence, its manifest and the decommission report go (new or "
+              "empty). Default: ./decommission-<stack>-<UTC time>.")
+@click.option("--endpoint-url", help="AWS endpoint for every call (a moto server, a proxy).")
+@click.option("--region", help="AWS region (default: the stack's aws:region).")
+@click.option("--yes", is_flag=True, help="Do not ask before changing the account.")
+@click.option("--retain-days", type=int, default=365, show_default=True,
+              help="Retention set on the stack's log groups and buckets (a CloudWatch Logs "
+              "retention value: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, ...).")
+@click.option("--artifact-bucket", help="The bucket holding gameday-archive/ (default: the one "
+              "tagged with the stack and Name=<project>-<stack>-artifacts-bucket).")
+@click.option("--verify-only", is_flag=True, help="Only the last step: list what is left (after "
+              "`pulumi destroy`).")
+@_WORK_DIR
+def decommission_cmd(stack: str, dry_run: bool, allow_prod: bool, evidence_dir: Path | None,
+                     endpoint_url: str | None, region: str | None, yes: bool, retain_days: int,
+                     artifact_bucket: str | None, verify_only: bool, work_dir: Path) -> None:
+    """Retire STACK's AWS resources in order: (1) export evidence (gameday-archive/ of the
+    artifact bucket, the database's restore points) with a manifest, (2) revoke identities,
+    (3) remove network routes, NAT gateways and their addresses, internet gateway
+    attachments, VPC endpoints, (4) set retention on what is kept, (5) delete temporary data
+    (lifecycle=temporary), (6) verify that nothing billable with the stack's tags is left.
+    Exit 0 nothing left, 3 survivors (each listed), 1 error or refused (docs/decommission.md)."""
+    from datetime import UTC, datetime
+
+    from infra import decommission
+    from infra.cloud.aws import BOTO_CONFIG
+
+    try:
+        target = decommission.resolve_stack(stack, work_dir)
+    except decommission.DecommissionError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if target.prod and not allow_prod:
+        raise click.ClickException(
+            f"refused: stack {stack} is environment prod ({target.source}: "
+            "mlplatform:environment); give --allow-prod to retire it")
+    if region:
+        target = decommission.Target(target.stack, target.environment, target.project, region,
+                                     target.source)
+    evidence_dir = evidence_dir or Path(f"decommission-{stack}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
+    if evidence_dir.exists() and any(evidence_dir.iterdir()):
+        raise click.ClickException(f"--evidence-dir {evidence_dir} is not empty: give a new "
+                                   "directory (each run keeps its own record)")
+    if not (dry_run or verify_only or yes):
+        click.confirm(f"retire stack {stack} (environment {target.environment}) in "
+                      f"{target.region}: revoke its identities, remove its routes, delete its "
+                      "temporary data?", abort=True)
+    try:
+        run = decommission.Decommission(
+            _session(target.region), target, evidence_dir, dry_run=dry_run,
+            retain_days=retain_days, endpoint_url=endpoint_url, config=BOTO_CONFIG,
+            artifact_bucket=artifact_bucket, echo=click.echo)
+        survivors = run.run(verify_only=verify_only)
+    except decommission.DecommissionError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"report: {run.report_path}")
+    if survivors:
+        sys.exit(EXIT_DRIFT)

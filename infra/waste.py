@@ -265,21 +265,24 @@ def _target_groups(elbv2: Any, lb_arn: str) -> list[dict[str, Any]]:
         raise
 
 
-def idle_load_balancers(elbv2: Any, scope: Scope, now: datetime, region: str) -> list[Finding]:
-    """Load balancers with no listener, or with no healthy registered target in any of
-    their target groups."""
+def tagged_load_balancers(elbv2: Any, scope: Scope) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """The load balancers (ELBv2) in scope, each with its tags."""
     lbs = list(_pages(elbv2, "describe_load_balancers", "LoadBalancers"))
     tags: dict[str, dict[str, str]] = {}
     for i in range(0, len(lbs), 20):  # DescribeTags takes at most 20 ARNs
         arns = [lb["LoadBalancerArn"] for lb in lbs[i:i + 20]]
         for desc in _call(elbv2, "describe_tags", ResourceArns=arns)["TagDescriptions"]:
             tags[desc["ResourceArn"]] = tag_dict(desc.get("Tags"))
+    return [(lb, tags.get(lb["LoadBalancerArn"], {})) for lb in lbs
+            if scope.matches(tags.get(lb["LoadBalancerArn"], {}))]
+
+
+def idle_load_balancers(elbv2: Any, scope: Scope, now: datetime, region: str) -> list[Finding]:
+    """Load balancers with no listener, or with no healthy registered target in any of
+    their target groups."""
     out = []
-    for lb in lbs:
+    for lb, lb_tags in tagged_load_balancers(elbv2, scope):
         arn = lb["LoadBalancerArn"]
-        lb_tags = tags.get(arn, {})
-        if not scope.matches(lb_tags):
-            continue
         listeners = list(_pages(elbv2, "describe_listeners", "Listeners", LoadBalancerArn=arn))
         groups = _target_groups(elbv2, arn)
         healthy = sum(1 for g in groups
