@@ -320,25 +320,49 @@ def test_dry_run_then_retire_in_order_leaving_the_other_stack_untouched(
         "done"]
 
 
-def test_a_survivor_fails_verification_naming_it(aws: Aws, tmp_path: Path) -> None:
-    ids = seed(aws, RETIRED, "10.20")
+def test_every_billable_survivor_fails_verification_naming_it(aws: Aws, tmp_path: Path) -> None:
     ec2 = aws.ec2
-    kept = ec2.create_volume(Size=50, AvailabilityZone=f"{REGION}a",
-                             TagSpecifications=spec("volume", RETIRED))["VolumeId"]
-    subnets = [s["SubnetId"] for s in ec2.describe_subnets(
-        Filters=[{"Name": "vpc-id", "Values": [ids["vpc"]]}])["Subnets"]]
-    subnets.append(ec2.create_subnet(VpcId=ids["vpc"], CidrBlock="10.20.2.0/24",
-                                     AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"])
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16",
+                         TagSpecifications=spec("vpc", RETIRED))["Vpc"]["VpcId"]
+    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{i}.0/24",
+                                 AvailabilityZone=f"{REGION}{az}")["Subnet"]["SubnetId"]
+               for i, az in enumerate("ab")]
+    image = ec2.register_image(Name="base", RootDeviceName="/dev/sda1")["ImageId"]
+    instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnets[0],
+                                 TagSpecifications=spec("instance", RETIRED))[
+        "Instances"][0]["InstanceId"]
+    volume = ec2.create_volume(Size=50, AvailabilityZone=f"{REGION}a",
+                               TagSpecifications=spec("volume", RETIRED))["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume,
+                                   TagSpecifications=spec("snapshot", RETIRED))["SnapshotId"]
+    eip = ec2.allocate_address(Domain="vpc",
+                               TagSpecifications=spec("elastic-ip", RETIRED))["AllocationId"]
+    # untagged, but in the stack's VPC: still the stack's
+    nat = ec2.create_nat_gateway(SubnetId=subnets[0], AllocationId=ec2.allocate_address(
+        Domain="vpc")["AllocationId"])["NatGateway"]["NatGatewayId"]
     lb = aws.elbv2.create_load_balancer(Name="forgotten", Subnets=subnets, Tags=kv(RETIRED))[
         "LoadBalancers"][0]["LoadBalancerArn"]
-    aws.rds.delete_db_instance(DBInstanceIdentifier=ids["db"], SkipFinalSnapshot=True)
-    result = run(aws, "--stack", RETIRED, "--evidence-dir", str(tmp_path / "e"), "--yes")
+    aws.logs.create_log_group(logGroupName="/mlplatform/staging/forever", tags=tags(RETIRED))
+    aws.logs.create_log_group(logGroupName="/mlplatform/staging/kept", tags=tags(RETIRED))
+    aws.logs.put_retention_policy(logGroupName="/mlplatform/staging/kept", retentionInDays=30)
+    aws.rds.create_db_instance(DBInstanceIdentifier="staging-db", DBInstanceClass="db.t4g.medium",
+                               Engine="postgres", AllocatedStorage=20, MasterUsername="cp",
+                               MasterUserPassword="not-a-secret-1", Tags=kv(RETIRED))
+    # the other stack's: never listed
+    ec2.create_volume(Size=1, AvailabilityZone=f"{REGION}a", TagSpecifications=spec("volume", OTHER))
+    aws.logs.create_log_group(logGroupName="/mlplatform/dev/forever", tags=tags(OTHER))
+
+    result = run(aws, "--stack", RETIRED, "--evidence-dir", str(tmp_path / "e"), "--verify-only")
     assert result.exit_code == cli.EXIT_DRIFT, result.output
     survivors = {(s["kind"], s["resource"]) for s in report(tmp_path / "e")["survivors"]}
-    assert survivors == {("ebs-volume", kept), ("load-balancer", lb)}
-    for resource in (kept, lb):
+    assert survivors == {("ec2-instance", instance), ("ebs-volume", volume),
+                         ("ebs-snapshot", snapshot), ("elastic-ip", eip), ("nat-gateway", nat),
+                         ("load-balancer", lb),
+                         ("log-group-without-retention", "/mlplatform/staging/forever"),
+                         ("rds-instance", "staging-db")}
+    for _, resource in survivors:
         assert resource in result.stdout
-    assert "[6/6] verify nothing billable is left: 2 billable resource(s)" in result.stdout
+    assert "[6/6] verify nothing billable is left: 8 billable resource(s)" in result.stdout
 
 
 def test_prod_is_refused_without_allow_prod(aws: Aws, tmp_path: Path) -> None:
