@@ -283,7 +283,11 @@ class Decommission:
             if step is verify:
                 self.report["result"] = "retired"
             verb = "would make" if self.dry_run else "made"
-            self.echo(f"{head}: {record['status']} ({verb} {len(changes)} change(s))")
+            if step is verify:
+                self.echo(f"{head}: {record['status']}: no billable resource with the stack's "
+                          f"tags {'would be ' if self.dry_run else 'is '}left")
+            else:
+                self.echo(f"{head}: {record['status']} ({verb} {len(changes)} change(s))")
         self._save()
 
     # --- helpers the steps share ---
@@ -637,7 +641,9 @@ def delete_temporary(d: Decommission) -> list[Change]:
 # --- step 6: verify -------------------------------------------------------------------------
 
 def billable(d: Decommission) -> list[Survivor]:
-    """Every billable resource carrying the stack's tags (NAT gateways: or in its VPC)."""
+    """Every billable resource carrying the stack's tags (NAT gateways: or in its VPC):
+    instances, EBS volumes and snapshots, elastic IPs, NAT gateways, load balancers, log
+    groups without retention, EKS clusters, RDS instances."""
     ec2, scope = d.client("ec2"), d.target.scope
     tagged = _ec2_tag_filters(d.target)
     out: list[Survivor] = []
@@ -672,6 +678,11 @@ def billable(d: Decommission) -> list[Survivor]:
                             f"{lb.get('Type')} {lb.get('State', {}).get('Code', '')}".strip()))
     for finding in log_groups_without_retention(d.client("logs"), scope, d.now, d.target.region):
         out.append(Survivor("log-group-without-retention", finding.resource, finding.reason))
+    eks = d.client("eks")
+    for name in _pages(eks, "list_clusters", "clusters"):
+        cluster = _call(eks, "describe_cluster", name=name)["cluster"]
+        if scope.matches(cluster.get("tags") or {}):
+            out.append(Survivor("eks-cluster", name, f"{cluster.get('status')}"))
     for inst in _pages(d.client("rds"), "describe_db_instances", "DBInstances"):
         if scope.matches(tag_dict(inst.get("TagList"))):
             out.append(Survivor("rds-instance", inst["DBInstanceIdentifier"],

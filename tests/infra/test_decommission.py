@@ -348,6 +348,10 @@ def test_every_billable_survivor_fails_verification_naming_it(aws: Aws, tmp_path
     aws.rds.create_db_instance(DBInstanceIdentifier="staging-db", DBInstanceClass="db.t4g.medium",
                                Engine="postgres", AllocatedStorage=20, MasterUsername="cp",
                                MasterUserPassword="not-a-secret-1", Tags=kv(RETIRED))
+    aws.eks.create_cluster(name="mlplatform-staging", roleArn="arn:aws:iam::123456789012:role/eks",
+                           resourcesVpcConfig={"subnetIds": subnets}, tags=tags(RETIRED))
+    aws.eks.create_cluster(name="mlplatform-dev", roleArn="arn:aws:iam::123456789012:role/eks",
+                           resourcesVpcConfig={"subnetIds": subnets}, tags=tags(OTHER))
     # the other stack's: never listed
     ec2.create_volume(Size=1, AvailabilityZone=f"{REGION}a", TagSpecifications=spec("volume", OTHER))
     aws.logs.create_log_group(logGroupName="/mlplatform/dev/forever", tags=tags(OTHER))
@@ -357,12 +361,12 @@ def test_every_billable_survivor_fails_verification_naming_it(aws: Aws, tmp_path
     survivors = {(s["kind"], s["resource"]) for s in report(tmp_path / "e")["survivors"]}
     assert survivors == {("ec2-instance", instance), ("ebs-volume", volume),
                          ("ebs-snapshot", snapshot), ("elastic-ip", eip), ("nat-gateway", nat),
-                         ("load-balancer", lb),
+                         ("load-balancer", lb), ("eks-cluster", "mlplatform-staging"),
                          ("log-group-without-retention", "/mlplatform/staging/forever"),
                          ("rds-instance", "staging-db")}
     for _, resource in survivors:
         assert resource in result.stdout
-    assert "[6/6] verify nothing billable is left: 8 billable resource(s)" in result.stdout
+    assert "[6/6] verify nothing billable is left: 9 billable resource(s)" in result.stdout
 
 
 def test_prod_is_refused_without_allow_prod(aws: Aws, tmp_path: Path) -> None:
