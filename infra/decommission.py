@@ -281,7 +281,7 @@ class Decommission:
         else:
             record["status"] = (Status.PLANNED if self.dry_run else Status.DONE).value
             if step is verify:
-                self.report["result"] = "retired"
+                self.report["result"] = "planned" if self.dry_run else "retired"
             verb = "would make" if self.dry_run else "made"
             if step is verify:
                 self.echo(f"{head}: {record['status']}: no billable resource with the stack's "
