@@ -182,10 +182,6 @@ class _Endpoint:
         return self._clients[key]
 
 
-def _ec2_tag_filters(target: Target) -> list[dict[str, Any]]:
-    return target.scope.ec2_filters()
-
-
 # --- the run --------------------------------------------------------------------------------
 
 class Decommission:
@@ -573,7 +569,7 @@ def remove_network_routes(d: Decommission) -> list[Change]:
                                   lambda i=igw["InternetGatewayId"], v=vpc: _call(
                                       ec2, "detach_internet_gateway", InternetGatewayId=i,
                                       VpcId=v)))
-    addresses = _call(ec2, "describe_addresses", Filters=_ec2_tag_filters(d.target))
+    addresses = _call(ec2, "describe_addresses", Filters=d.target.scope.ec2_filters())
     for addr in addresses.get("Addresses", []):
         if addr.get("AllocationId") and addr["AllocationId"] not in released:
             release(addr["AllocationId"], str(addr.get("PublicIp")), addr.get("AssociationId"))
@@ -645,7 +641,7 @@ def billable(d: Decommission) -> list[Survivor]:
     instances, EBS volumes and snapshots, elastic IPs, NAT gateways, load balancers, log
     groups without retention, EKS clusters, RDS instances."""
     ec2, scope = d.client("ec2"), d.target.scope
-    tagged = _ec2_tag_filters(d.target)
+    tagged = d.target.scope.ec2_filters()
     out: list[Survivor] = []
     for res in _pages(ec2, "describe_instances", "Reservations", Filters=tagged):
         for inst in res.get("Instances", []):
