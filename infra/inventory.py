@@ -265,8 +265,8 @@ def compare(rows: list[Row], session: Any, project: str, stacks: list[str],
     ec2 = client("ec2")
     vpcs = waste.stack_vpcs(ec2, waste.Scope(project, stacks[0]))
     for finding in waste.untagged_in_vpcs(ec2, vpcs, now or datetime.now(UTC), region):
-        result.untagged.append(LiveItem(finding.resource, finding.kind.value, finding.resource,
-                                        finding.reason))
+        what = finding.reason.split(" missing tags")[0]  # "instance", "volume", ...
+        result.untagged.append(LiveItem(finding.resource, what, finding.resource, finding.reason))
     return result
 
 

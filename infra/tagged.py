@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-__all__ = ["DESCRIBED_KINDS", "LiveResource", "TaggedError", "account_id", "by_stack_tags", "described",
-           "parse_arn", "stack_tag_filters"]
+__all__ = ["DESCRIBED_KINDS", "LiveResource", "TaggedError", "account_id", "by_stack_tags", "call",
+           "described", "pages", "parse_arn", "stack_tag_filters"]
 
 
 class TaggedError(Exception):
@@ -71,19 +71,25 @@ def _tags(items: Any, key: str = "Key", value: str = "Value") -> dict[str, str]:
     return {t[key]: t.get(value, "") for t in items or []}
 
 
-def _pages(client: Any, operation: str, key: str, **kwargs: Any) -> Iterator[Any]:
+def pages(client: Any, operation: str, key: str, error: type[Exception] = TaggedError,
+          **kwargs: Any) -> Iterator[Any]:
+    """The items under ``key`` of every page of ``operation``; an API failure becomes
+    ``error`` naming the service and the call."""
     try:
         for page in client.get_paginator(operation).paginate(**kwargs):
             yield from page.get(key, [])
     except (ClientError, BotoCoreError) as exc:
-        raise TaggedError(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
+        raise error(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
 
 
-def _call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+def call(client: Any, operation: str, error: type[Exception] = TaggedError,
+         **kwargs: Any) -> dict[str, Any]:
+    """One API call; a failure becomes ``error`` naming the service and the call."""
     try:
         return getattr(client, operation)(**kwargs)
     except (ClientError, BotoCoreError) as exc:
-        raise TaggedError(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
+        raise error(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
+
 
 
 def stack_tag_filters(project: str, stacks: list[str]) -> list[dict[str, Any]]:
@@ -94,7 +100,7 @@ def by_stack_tags(tagging: Any, project: str, stacks: list[str]) -> list[LiveRes
     """Resources tagged ``project=<project>`` and ``stack`` one of ``stacks``
     (``resourcegroupstaggingapi.get_resources``)."""
     return [_live(item["ResourceARN"], _tags(item.get("Tags")), "tagging-api")
-            for item in _pages(tagging, "get_resources", "ResourceTagMappingList",
+            for item in pages(tagging, "get_resources", "ResourceTagMappingList",
                                TagFilters=stack_tag_filters(project, stacks))]
 
 
@@ -127,21 +133,21 @@ def described(client: Callable[[str], Any], region: str, account: str) -> list[L
         return f"arn:aws:ec2:{region}:{account}:{kind}/{rid}"
 
     for kind, (operation, key, id_field, tags_field) in EC2_KINDS.items():
-        for item in _pages(ec2, operation, key):
+        for item in pages(ec2, operation, key):
             if kind == "natgateway" and item.get("State") in ("deleted", "deleting"):
                 continue
             out.append(_live(ec2_arn(kind, item[id_field]), _tags(item.get(tags_field)), "ec2"))
-    for reservation in _pages(ec2, "describe_instances", "Reservations"):
+    for reservation in pages(ec2, "describe_instances", "Reservations"):
         for inst in reservation.get("Instances", []):
             if inst.get("State", {}).get("Name") != "terminated":
                 out.append(_live(ec2_arn("instance", inst["InstanceId"]),
                                  _tags(inst.get("Tags")), "ec2"))
-    for address in _call(ec2, "describe_addresses").get("Addresses", []):
+    for address in call(ec2, "describe_addresses").get("Addresses", []):
         out.append(_live(ec2_arn("elastic-ip", address["AllocationId"]),
                          _tags(address.get("Tags")), "ec2"))
 
     s3 = client("s3")
-    for bucket in _call(s3, "list_buckets").get("Buckets", []):
+    for bucket in call(s3, "list_buckets").get("Buckets", []):
         name = bucket["Name"]
         try:
             tag_set = s3.get_bucket_tagging(Bucket=name).get("TagSet", [])
@@ -152,23 +158,23 @@ def described(client: Callable[[str], Any], region: str, account: str) -> list[L
         out.append(_live(f"arn:aws:s3:::{name}", _tags(tag_set), "s3"))
 
     ecr = client("ecr")
-    for repo in _pages(ecr, "describe_repositories", "repositories"):
-        tags = _call(ecr, "list_tags_for_resource", resourceArn=repo["repositoryArn"]).get("tags")
+    for repo in pages(ecr, "describe_repositories", "repositories"):
+        tags = call(ecr, "list_tags_for_resource", resourceArn=repo["repositoryArn"]).get("tags")
         out.append(_live(repo["repositoryArn"], _tags(tags), "ecr"))
 
     rds = client("rds")
-    for db in _pages(rds, "describe_db_instances", "DBInstances"):
+    for db in pages(rds, "describe_db_instances", "DBInstances"):
         out.append(_live(db["DBInstanceArn"], _tags(db.get("TagList")), "rds"))
 
     eks = client("eks")
-    for name in _pages(eks, "list_clusters", "clusters"):
-        cluster = _call(eks, "describe_cluster", name=name)["cluster"]
+    for name in pages(eks, "list_clusters", "clusters"):
+        cluster = call(eks, "describe_cluster", name=name)["cluster"]
         out.append(_live(cluster["arn"], _tags(cluster.get("tags")), "eks"))
-        for group in _pages(eks, "list_nodegroups", "nodegroups", clusterName=name):
-            ng = _call(eks, "describe_nodegroup", clusterName=name, nodegroupName=group)["nodegroup"]
+        for group in pages(eks, "list_nodegroups", "nodegroups", clusterName=name):
+            ng = call(eks, "describe_nodegroup", clusterName=name, nodegroupName=group)["nodegroup"]
             out.append(_live(ng["nodegroupArn"], _tags(ng.get("tags")), "eks"))
     return out
 
 
 def account_id(sts: Any) -> str:
-    return str(_call(sts, "get_caller_identity")["Account"])
+    return str(call(sts, "get_caller_identity")["Account"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -71,7 +71,7 @@ class Naming:
     environment: str
     owner: str
     cost_center: str
-    availability: Mapping[str, str] = field(default_factory=dict)
+    availability: Mapping[str, str]
     source_stack: str = ""
 
     @property
@@ -97,11 +97,10 @@ class Naming:
             "stack": self.stack,
             "managed-by": "pulumi",
             "data-class": data.value,
+            "availability-objective": self.availability[data.value],
             "provisioning-source": self.provisioning_source,
             "retirement-condition": RETIREMENT[data],
         }
-        if data.value in self.availability:
-            tags["availability-objective"] = self.availability[data.value]
         if name:
             tags["Name"] = name
         tags.update(extra)
