@@ -18,7 +18,7 @@ are *attributed* to the declared resource that made them, never reported as unde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,7 @@ from infra.tagged import (
     described,
 )
 
-__all__ = ["FIELDS", "Comparison", "Row", "compare", "declared_rows", "kind_of"]
+__all__ = ["FIELDS", "TYPE_KINDS", "Comparison", "LiveItem", "Row", "compare", "declared_rows"]
 
 # Pulumi type token -> (service, kind) as the resource's ARN spells them. Types not listed
 # here cannot be matched to the account (they are listed, never reported missing).
@@ -106,10 +106,6 @@ class Row:
     @property
     def kind(self) -> tuple[str, str] | None:
         return TYPE_KINDS.get(self.type)
-
-
-def kind_of(resource_type: str) -> tuple[str, str] | None:
-    return TYPE_KINDS.get(resource_type)
 
 
 def _listed(r: Resource) -> bool:
@@ -268,7 +264,3 @@ def compare(rows: list[Row], session: Any, project: str, stacks: list[str],
         what = finding.reason.split(" missing tags")[0]  # "instance", "volume", ...
         result.untagged.append(LiveItem(finding.resource, what, finding.resource, finding.reason))
     return result
-
-
-def stacks_of(rows: Iterable[Row]) -> list[str]:
-    return list(dict.fromkeys(r.stack for r in rows))
