@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from controlplane import workload_classes
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})?$")
@@ -30,6 +32,8 @@ class Resources(Strict):
 class Placement(Strict):
     regions: list[Name] | None = Field(default=None, min_length=1, max_length=16)
     dataset: Name | None = None
+    # spot/preemptible nodes: allowed only for a checkpointable workload class
+    interruptible: bool = False
 
 
 class Workload(Strict):
@@ -64,6 +68,7 @@ class OperationSpec(Strict):
     max_retries: int = Field(default=3, ge=0, le=20)
     timeout_seconds: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
     labels: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    workload_class: Name | None = None  # controlplane/workload_classes.py
 
     @field_validator("labels")
     @classmethod
@@ -71,6 +76,47 @@ class OperationSpec(Strict):
         if len(v) > MAX_LABELS:
             raise ValueError(f"at most {MAX_LABELS} labels")
         return v
+
+    def document(self) -> dict[str, Any]:
+        """The stored document. Fields added after the first schema are left out at their
+        defaults: the payload hash behind idempotency (a reused key with a different payload
+        is a 409) stays the same for the same request across an upgrade."""
+        doc = self.model_dump(mode="json")
+        if doc["workload_class"] is None:
+            del doc["workload_class"]
+        if not doc["placement"]["interruptible"]:
+            del doc["placement"]["interruptible"]
+        return doc
+
+    @model_validator(mode="after")
+    def _workload_class(self) -> OperationSpec:
+        if self.workload_class is None:
+            workload_classes.check_capacity(None, self.placement.interruptible)
+            return self
+        wc = workload_classes.lookup(self.workload_class)
+        explicit = explicit_fields(self)
+        workload_classes.check_overrides(wc, explicit)
+        workload_classes.check_capacity(wc, self.placement.interruptible)
+        data = workload_classes.apply_defaults(self.model_dump(), wc, explicit)
+        for key in {path.split(".")[0] for path in wc.defaults}:
+            current = getattr(self, key)
+            value = data[key]
+            # nested defaults are validated like a submitted value
+            setattr(self, key, type(current).model_validate(value)
+                    if isinstance(current, BaseModel) else value)
+        return self
+
+
+def explicit_fields(model: BaseModel, prefix: str = "") -> set[str]:
+    """Dotted paths of the fields the submitter set (not defaults), nested models included."""
+    out: set[str] = set()
+    for name in model.model_fields_set:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel) and value.model_fields_set:
+            out |= explicit_fields(value, f"{prefix}{name}.")
+        elif not isinstance(value, BaseModel):
+            out.add(prefix + name)
+    return out
 
 
 class CancelRequest(Strict):

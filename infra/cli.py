@@ -308,6 +308,92 @@ def waste_cmd(stack: str | None, all_stacks: bool, project: str, region: str | N
         sys.exit(EXIT_DRIFT)
 
 
+@infra_group.command("inventory")
+@click.option("--stack", required=True, help="Platform stack (dev, staging, prod; Pulumi.<stack>.yaml): "
+              "both layers of its environment are listed (the application stack <stack>-app too).")
+@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON.")
+@click.option("--live", is_flag=True, help="Also read the account (Resource Groups Tagging API, "
+              "EC2/S3/ECR/RDS/EKS describe calls) and report undeclared, missing and untagged "
+              "resources.")
+@click.option("--endpoint-url", help="AWS endpoint for --live (e.g. a moto server); default: "
+              "the SDK's (AWS_ENDPOINT_URL or AWS).")
+@click.option("--region", help="AWS region for --live (default: the session's, AWS_REGION).")
+def inventory_cmd(stack: str, as_json: bool, live: bool, endpoint_url: str | None,
+                  region: str | None) -> None:
+    """List every resource the Pulumi program declares for STACK's environment (rendered
+    offline, no cloud access) with environment, region, owner, data class, availability
+    objective, cost center, provisioning source and retirement condition. With --live,
+    compare with the account: exit 0 when it matches, 3 when undeclared, missing or
+    untagged resources were found, 1 on error (docs/inventory.md)."""
+    from infra import inventory
+    from infra.config import PROJECT
+    from infra.render import RenderError, render
+
+    click.echo(f"rendering stack {stack} and its application stack offline (Pulumi mocks) ...",
+               err=True)
+    try:
+        rendered = render(stack)
+    except RenderError as exc:
+        raise click.ClickException(str(exc)) from exc
+    rows = inventory.declared_rows(rendered)
+    comparison = None
+    if live:
+        from infra.cloud.aws import BOTO_CONFIG
+        from infra.tagged import TaggedError
+        from infra.waste import WasteError
+
+        try:
+            comparison = inventory.compare(
+                rows, _session(region), PROJECT, [rendered.stack, rendered.app_stack],
+                BOTO_CONFIG, endpoint_url, progress=lambda msg: click.echo(msg, err=True))
+        except (TaggedError, WasteError) as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        out: dict[str, Any] = {"stack": rendered.stack, "app_stack": rendered.app_stack,
+                               "resources": [r.to_json() for r in rows]}
+        if comparison is not None:
+            out["live"] = comparison.to_json()
+        click.echo(json.dumps(out, indent=2))
+    else:
+        _inventory_table(rendered.stack, rows, comparison)
+    if comparison is not None and not comparison.clean:
+        sys.exit(EXIT_DRIFT)
+
+
+def _inventory_table(stack: str, rows: list[Any], comparison: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from infra.inventory import FIELDS
+
+    console = Console()
+    table = Table(title=f"stack {stack}: {len(rows)} declared resources", show_lines=False)
+    for name in FIELDS:
+        table.add_column(name.replace("_", " ").upper(), overflow="fold")
+    for row in rows:
+        table.add_row(*[("yes" if getattr(row, f) else "no (stack defaults)")
+                        if f == "tagged" else str(getattr(row, f)) or "-" for f in FIELDS])
+    console.print(table)
+    if comparison is None:
+        return
+    live = Table(title=f"live, {comparison.region}: {comparison.matched} matched, "
+                       f"{comparison.not_checked} declared not checkable here")
+    for name in ("FINDING", "KIND", "RESOURCE", "REASON"):
+        live.add_column(name, overflow="fold")
+    for item in comparison.undeclared:
+        live.add_row("undeclared", item.kind, item.arn, item.reason)
+    for row in comparison.missing:
+        live.add_row("missing", row.type, row.name, f"declared in {row.stack}, not found")
+    for item in comparison.untagged:
+        live.add_row("untagged", item.kind, item.arn, item.reason)
+    for item in comparison.attributed:
+        live.add_row("attributed", item.kind, item.arn, item.reason)
+    console.print(live)
+    click.echo(f"stack {stack} in {comparison.region}: {len(comparison.undeclared)} undeclared, "
+               f"{len(comparison.missing)} missing, {len(comparison.untagged)} untagged, "
+               f"{len(comparison.attributed)} attributed")
+
+
 @infra_group.command("decommission")
 @click.option("--stack", required=True, help="Platform stack to retire (Pulumi.<stack>.yaml in "
               "--work-dir: its environment, region and tags).")

@@ -659,7 +659,8 @@ def check_default_tags(expected: Mapping[str, str]) -> None:
         detail = "; ".join(f"aws:defaultTags.tags.{k} is {have!r}, expected {want!r}"
                            for k, (have, want) in sorted(wrong.items()))
         raise ConfigError(f"{detail} (from mlplatform:owner/costCenter/environment, the "
-                          "project and the stack)")
+                          "project, the stack and the recovery objectives in slo/specs: "
+                          "docs/inventory.md)")
 
 
 def aws_region() -> str:

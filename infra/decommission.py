@@ -31,12 +31,11 @@ import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.components.common import GAME_DAY_ARCHIVE_PREFIX
+from infra.tagged import call, pages
 from infra.waste import (
     Action,
     Scope,
     WasteError,
-    _call,
-    _pages,
     apply_cleanup,
     find_all,
     log_groups_without_retention,
@@ -60,6 +59,14 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 class DecommissionError(Exception):
     """The decommission was refused or a step failed (names the stack file, field or API
     call)."""
+
+
+def _pages(client: Any, operation: str, key: str, **kwargs: Any) -> Any:
+    return pages(client, operation, key, DecommissionError, **kwargs)
+
+
+def _call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+    return call(client, operation, DecommissionError, **kwargs)
 
 
 # --- the stack: Pulumi.<stack>.yaml ---------------------------------------------------------

@@ -16,7 +16,9 @@ Each check is a pure function of the declared resources and returns findings (em
   capacity must come from one;
 * ``node-tags``: owner / cost-center tags reach every node and its volumes;
 * ``retention``: CloudWatch log retention is a value CloudWatch accepts;
-* ``alarms``: each alarm carries exactly the dimensions its metric is published with.
+* ``alarms``: each alarm carries exactly the dimensions its metric is published with;
+* ``capacity``: a workload-class pod template allows spot only for a checkpointable class, and
+  exactly the capacity its class declares.
 
 Facts about third-party charts and AWS metrics live in the tables below, with their source.
 """
@@ -27,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from controlplane import workload_classes
+from controlplane.runtimes.kubernetes import CAPACITY_TYPE_LABEL, LABEL_PREFIX
 from infra.components.common import REQUIRED_TAGS
 
 
@@ -52,6 +56,8 @@ class Finding:
     def __str__(self) -> str:
         return f"[{self.check}] {self.resource}: {self.message}"
 
+
+WORKLOAD_CLASS_LABEL = f"{LABEL_PREFIX}/workload-class"
 
 BUILTIN_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 
@@ -131,6 +137,8 @@ def _release_name(r: Declared) -> str:
 def pod_template(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The pod template of a workload manifest (CronJob: its job template's), else None."""
     kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind == "PodTemplate":  # the template is the object's own field, not under spec
+        return obj.get("template") or None
     if kind not in POD_TEMPLATE_KINDS:
         return None
     if kind == "CronJob":
@@ -454,6 +462,47 @@ def check_alarms(resources: list[Declared]) -> list[Finding]:
     return out
 
 
+def _capacity_types(template: Mapping[str, Any]) -> set[str] | None:
+    """The Karpenter capacity types a pod may land on; None = unconstrained (any)."""
+    terms = _dig(template, "spec", "affinity", "nodeAffinity",
+                 "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms") or []
+    allowed: set[str] = set()
+    for term in terms:
+        exprs = [e for e in term.get("matchExpressions") or []
+                 if e.get("key") == CAPACITY_TYPE_LABEL and e.get("operator") == "In"]
+        if not exprs:
+            return None  # one term without the requirement admits any capacity
+        allowed |= set(exprs[0].get("values") or [])
+    selected = (_dig(template, "spec", "nodeSelector") or {}).get(CAPACITY_TYPE_LABEL)
+    if selected:
+        return {selected} if not terms else allowed & {selected}
+    return allowed if terms else None
+
+
+def check_capacity(resources: list[Declared]) -> list[Finding]:
+    """A workload-class template may allow spot capacity only for a checkpointable class, and
+    must allow exactly what the class declares (the agents' Jobs follow the same table)."""
+    out = []
+    for r in _k8s(resources):
+        for template in pod_templates(r):
+            name = (_dig(template, "metadata", "labels") or {}).get(WORKLOAD_CLASS_LABEL)
+            if name is None:
+                continue
+            wc = workload_classes.CLASSES.get(name)
+            if wc is None:
+                out.append(Finding("capacity", r.name, f"unknown workload class {name!r}"))
+                continue
+            allowed = _capacity_types(template)
+            if (allowed is None or "spot" in allowed) and not wc.checkpointable:
+                out.append(Finding("capacity", r.name, f"class {name!r} is not checkpointable "
+                                   "but its pods may run on spot capacity"))
+            elif allowed != set(wc.capacity_types):
+                out.append(Finding("capacity", r.name, f"class {name!r} allows "
+                                   f"{sorted(allowed or ['any'])}, its table says "
+                                   f"{sorted(wc.capacity_types)}"))
+    return out
+
+
 CHECKS: dict[str, Callable[[list[Declared]], list[Finding]]] = {
     "namespaces": check_namespaces,
     "references": check_references,
@@ -463,6 +512,7 @@ CHECKS: dict[str, Callable[[list[Declared]], list[Finding]]] = {
     "node-tags": check_node_tags,
     "retention": check_retention,
     "alarms": check_alarms,
+    "capacity": check_capacity,
 }
 
 

@@ -8,9 +8,11 @@ Pulumi, no I/O, no import of slo/, so they are unit-tested with small hand-made 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from infra.components.common import DataClass
 from infra.config import (
     ArtifactsConfig,
     CapacityType,
@@ -230,3 +232,46 @@ def derive_alarm_window(rto_seconds: float) -> AlarmWindow:
 
 def missing_failure_classes(objectives: dict[str, object]) -> list[str]:
     return [fc for fc in REQUIRED_FAILURE_CLASSES if fc not in objectives]
+
+
+# -- availability objective per data class (the inventory and the `availability-objective`
+# tag). Each data class serves the failure classes below; its objective is the strictest
+# RTO among them and the strictest restore point (0 where a class allows no restore loss).
+DATA_CLASS_FAILURE_CLASSES: dict[DataClass, tuple[str, ...]] = {
+    DataClass.PLATFORM: ("api-replica-loss", "agent-connectivity-loss",
+                         "node-interruption-checkpoint"),
+    DataClass.CONTROL_PLANE_STATE: ("db-primary-loss",),
+    DataClass.ARTIFACTS: ("artifact-store-unavailable",),
+    DataClass.IMAGES: ("registry-failure",),
+    DataClass.TELEMETRY: ("telemetry-loss",),
+    DataClass.ENCRYPTION_KEYS: ("db-primary-loss", "artifact-store-unavailable"),
+}
+
+
+def _duration(seconds: float) -> str:
+    """30 -> '30s', 120 -> '2m', 5400 -> '90m', 7200 -> '2h'."""
+    value = int(seconds)
+    if value == 0:
+        return "0"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if value % size == 0:
+            return f"{value // size}{unit}"
+    return f"{value}s"
+
+
+def availability_objective(objectives: Mapping[str, ObjectiveLike], data: DataClass) -> str:
+    """``rto=<d>/rpo=<d>`` for ``data`` (a valid AWS tag value), from the recovery
+    objectives of the failure classes it serves; a missing one is a ConfigError."""
+    classes = DATA_CLASS_FAILURE_CLASSES[data]
+    missing = [fc for fc in classes if fc not in objectives]
+    if missing:
+        raise ConfigError(f"no recovery objective for {missing}: the availability objective of "
+                          f"data class {data.value!r} is derived from them (slo/specs/recovery)")
+    rto = min(objectives[fc].rto_seconds for fc in classes)
+    rpo = min(_restore_point(objectives[fc]) or 0.0 for fc in classes)
+    return f"rto={_duration(rto)}/rpo={_duration(rpo)}"
+
+
+def availability_objectives(objectives: Mapping[str, ObjectiveLike]) -> dict[str, str]:
+    """Data class value -> availability objective, for every data class."""
+    return {d.value: availability_objective(objectives, d) for d in DataClass}

@@ -232,8 +232,12 @@ def is_taggable(resource_type: str) -> bool:
 def provider_default_tags(args: ResourceValidationArgs) -> dict[str, Any]:
     """The ``defaultTags`` of the resource's AWS provider: the provider adds them on create,
     so children of other components (pulumi-eks) carry them without a ``tags`` input."""
-    props = getattr(getattr(args, "provider", None), "props", None) or {}
-    default = props.get("defaultTags") or {}
+    return default_tags(getattr(getattr(args, "provider", None), "props", None) or {})
+
+
+def default_tags(provider_props: Mapping[str, Any]) -> dict[str, Any]:
+    """``defaultTags.tags`` of an AWS provider's inputs (a stack's ``aws:defaultTags``)."""
+    default = provider_props.get("defaultTags") or {}
     if isinstance(default, str):  # default providers get their config JSON-encoded
         try:
             default = json.loads(default)
@@ -243,10 +247,16 @@ def provider_default_tags(args: ResourceValidationArgs) -> dict[str, Any]:
     return dict(tags) if isinstance(tags, Mapping) else {}
 
 
+# pulumi-eks components that take ``tags`` and pass them to what they create.
+TAGGABLE_COMPONENTS = frozenset({"eks:index:Cluster", "eks:index:ManagedNodeGroup"})
+
+
+def takes_tags(resource_type: str) -> bool:
+    return is_taggable(resource_type) or resource_type in TAGGABLE_COMPONENTS
+
+
 def _tags(args: ResourceValidationArgs, report: Report) -> None:
-    taggable = is_taggable(args.resource_type) or args.resource_type in (
-        "eks:index:Cluster", "eks:index:ManagedNodeGroup")
-    if not taggable:
+    if not takes_tags(args.resource_type):
         return
     tags = {**provider_default_tags(args), **(args.props.get("tags") or {})}
     missing = [t for t in REQUIRED_TAGS if not tags.get(t)]

@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from infra.components.common import REQUIRED_TAGS
+from infra.tagged import call, pages
 
 __all__ = ["DELETABLE", "TEMPORARY_TAG", "Action", "Finding", "Kind", "Scope", "WasteError",
            "apply_cleanup", "find_all"]
@@ -129,18 +130,11 @@ def _finding(kind: Kind, resource: str, tags: dict[str, str], age: float | None,
 
 
 def _pages(client: Any, operation: str, key: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    try:
-        for page in client.get_paginator(operation).paginate(**kwargs):
-            yield from page.get(key, [])
-    except (ClientError, BotoCoreError) as exc:
-        raise WasteError(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
+    return pages(client, operation, key, WasteError, **kwargs)
 
 
 def _call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
-    try:
-        return getattr(client, operation)(**kwargs)
-    except (ClientError, BotoCoreError) as exc:
-        raise WasteError(f"{client.meta.service_model.service_name}.{operation}: {exc}") from exc
+    return call(client, operation, WasteError, **kwargs)
 
 
 # --- EC2 ------------------------------------------------------------------------------------

@@ -215,6 +215,8 @@ class AttemptRunner(threading.Thread):
             accelerator_count=demand.accelerator_count, s3_endpoint=self.settings.s3_endpoint,
             bucket=self.settings.bucket, timeout_seconds=self.claim.spec.get("timeout_seconds"),
             labels=dict(self.claim.spec.get("labels") or {}),
+            workload_class=self.claim.spec.get("workload_class"),
+            interruptible=bool((self.claim.spec.get("placement") or {}).get("interruptible")),
         )
 
     def _start_failed(self, reason: str, message: str, *, transient: bool) -> None:

@@ -61,7 +61,7 @@ async def restore_operation(body: RestoreRequest, p: Admin, c: Conn,
         raise InvalidReference(f"field project: project {body.project!r} does not exist")
     res = await op_store.restore(
         c, project_id=row[0], key=body.idempotency_key,
-        spec=body.spec.model_dump(mode="json"), op_id=str(body.operation_id),
+        spec=body.spec.document(), op_id=str(body.operation_id),
         acked_at=body.acknowledged_at, restore_id=body.restore_id,
         actor=f"admin:restore-{body.restore_id}",
         redirect_if_key_taken=body.redirect_if_key_taken)

@@ -31,7 +31,7 @@ async def submit(spec: OperationSpec, p: User, request: Request,
     if not idempotency_key or len(idempotency_key) > 200:
         metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
         raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
-    doc = spec.model_dump(mode="json")
+    doc = spec.document()
     settings: Settings = request.app.state.settings
     if settings.unsafe_ack_before_commit:
         write_behind: WriteBehind = request.app.state.write_behind

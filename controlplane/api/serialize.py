@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 OP_FIELDS = ("name", "queue", "priority", "workload", "resources", "placement", "max_retries",
-             "timeout_seconds", "labels")
+             "timeout_seconds", "labels", "workload_class")
 
 
 def operation(row: dict[str, Any], project: str | None) -> dict[str, Any]:

@@ -51,6 +51,8 @@ class LaunchSpec:
     bucket: str = "ml-artifacts"
     timeout_seconds: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    workload_class: str | None = None  # controlplane/workload_classes.py
+    interruptible: bool = False  # may run on spot capacity (checkpointable classes only)
 
 
 def workload_args(spec: LaunchSpec) -> list[str]:

@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from controlplane import workload_classes
 from controlplane.runtimes.base import LaunchSpec, Outcome, RunResult, workload_args
 from controlplane.workload.events import WorkloadEvent, parse_line
 
 LABEL_PREFIX = "gameday.io"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Karpenter's node label; the NodePools allow spot only where the pool is SPOT
+# (infra/components/autoscaling.py), so the pod's own requirement decides.
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
 
 @dataclass(frozen=True)
@@ -79,13 +83,25 @@ def job_name(spec: LaunchSpec) -> str:
 
 
 def job_labels(spec: LaunchSpec) -> dict[str, str]:
-    return {
+    labels = {
         "app.kubernetes.io/managed-by": "gameday-agent",
         "app.kubernetes.io/name": "ml-workload",
         f"{LABEL_PREFIX}/operation-id": spec.operation_id,
         f"{LABEL_PREFIX}/attempt-id": spec.attempt_id,
         f"{LABEL_PREFIX}/attempt-number": str(spec.attempt_number),
     }
+    if spec.workload_class:
+        labels[f"{LABEL_PREFIX}/workload-class"] = spec.workload_class
+    return labels
+
+
+def capacity_types(spec: LaunchSpec) -> tuple[str, ...]:
+    """Spot only when the submission asked for it and its class checkpoints (the API refuses
+    anything else; checked again here, where the pod is placed)."""
+    wc = workload_classes.CLASSES.get(spec.workload_class or "")
+    if spec.interruptible and wc is not None and wc.checkpointable:
+        return wc.capacity_types
+    return ("on-demand",)
 
 
 def build_job(spec: LaunchSpec, options: JobOptions) -> dict[str, Any]:
@@ -104,15 +120,23 @@ def build_job(spec: LaunchSpec, options: JobOptions) -> dict[str, Any]:
     ]
     if spec.s3_endpoint:
         env.append({"name": "S3_ENDPOINT_URL", "value": spec.s3_endpoint})
+    wc = workload_classes.CLASSES.get(spec.workload_class or "")
+    security = wc.security if wc else workload_classes.SecurityContext()
+    if wc:
+        env.append({"name": "LOG_LEVEL", "value": wc.logging.level})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "serviceAccountName": options.service_account,
+        "serviceAccountName": wc.service_account if wc else options.service_account,
         # Workloads never talk to the Kubernetes API: no token in the pod (isolation).
         "automountServiceAccountToken": False,
         "nodeSelector": dict(options.node_selector),
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": CAPACITY_TYPE_LABEL, "operator": "In",
+                "values": list(capacity_types(spec))}]}]}}},
         "tolerations": [t.to_manifest() for t in options.tolerations],
         "securityContext": {
-            "runAsNonRoot": True,
+            "runAsNonRoot": security.run_as_non_root,
             "runAsUser": options.run_as_user,
             "runAsGroup": options.run_as_user,
             "fsGroup": options.run_as_user,
@@ -126,11 +150,7 @@ def build_job(spec: LaunchSpec, options: JobOptions) -> dict[str, Any]:
             "args": workload_args(spec),
             "env": env,
             "resources": {"requests": requests, "limits": limits},
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": security.container(),
             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         }],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
@@ -151,6 +171,35 @@ def build_job(spec: LaunchSpec, options: JobOptions) -> dict[str, Any]:
                      "annotations": {f"{LABEL_PREFIX}/project": spec.project}},
         "spec": job_spec,
     }
+
+
+def class_pod_template(wc: workload_classes.WorkloadClass, options: JobOptions,
+                       image: str) -> dict[str, Any]:
+    """What a Job of the class looks like before any attempt: ``build_job``'s pod for the
+    class's defaults, with the capacity it may use (spot only when checkpointable) and no
+    per-attempt ids. The Pulumi program publishes it as a PodTemplate per workload namespace,
+    so teams see exactly what the agents will create."""
+    accel = wc.defaults.get("resources.accelerator") or {}
+    job = build_job(LaunchSpec(
+        operation_id="template", attempt_id="template", attempt_number=1, project="template",
+        kind="sleep", image=image, params={}, cpu=int(wc.defaults.get("resources.cpu", 1)),
+        accelerator_type=accel.get("type"), accelerator_count=int(accel.get("count", 0)),
+        timeout_seconds=None, workload_class=wc.name, interruptible=wc.checkpointable,
+    ), options)
+    template = job["spec"]["template"]
+    keep = ("app.kubernetes.io/managed-by", "app.kubernetes.io/name",
+            f"{LABEL_PREFIX}/workload-class")
+    template["metadata"]["labels"] = {k: v for k, v in template["metadata"]["labels"].items()
+                                      if k in keep}
+    template["metadata"]["annotations"] = {
+        f"{LABEL_PREFIX}/storage": ",".join(f"{c.prefix}:{c.access}" for c in wc.storage),
+        f"{LABEL_PREFIX}/log-retention-days": str(wc.logging.retention_days),
+        f"{LABEL_PREFIX}/checkpointable": str(wc.checkpointable).lower(),
+    }
+    container = template["spec"]["containers"][0]
+    container.pop("args")
+    container["env"] = [e for e in container["env"] if not e["name"].startswith("GAMEDAY_")]
+    return template
 
 
 def _scale(quantity: str, factor: int) -> str:

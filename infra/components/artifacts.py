@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import TYPE_PREFIX, DataClass, Naming, child, policy_output
 from infra.components.encryption import DataKey
 from infra.config import ArtifactsConfig
 from infra.objectives import ArtifactSettings
@@ -26,7 +26,8 @@ class _SecureBucket(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}:SecureBucket", name, None, opts)
         self.bucket = aws.s3.Bucket(
-            name, force_destroy=False, tags=naming.tags(name), opts=child(self)
+            name, force_destroy=False, tags=naming.tags(name, DataClass.ARTIFACTS),
+            opts=child(self),
         )
         aws.s3.BucketPublicAccessBlock(
             name, bucket=self.bucket.id, block_public_acls=True, block_public_policy=True,

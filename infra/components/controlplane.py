@@ -21,6 +21,7 @@ from infra.components.gameday import (
     GameDaySchedule,
     node_pool_names,
 )
+from infra.components.workload_classes import WorkloadClassTemplates
 from infra.config import ControlPlaneConfig, GpuNodePoolConfig, NodePoolsConfig, load_stack_config
 from infra.objectives import ApiSettings
 
@@ -445,6 +446,9 @@ class ControlPlane(pulumi.ComponentResource):
             automount_service_account_token=False,
             opts=opts,
         )
+        WorkloadClassTemplates(f"{n}-classes", ws.name, self._in.image,
+                               self._in.role_arns.get(f"workload-{ws.name}", ""), self._naming,
+                               opts=opts)
         k8s.core.v1.ResourceQuota(
             f"{n}-quota",
             metadata=_meta("workload-quota", ws.name, labels),

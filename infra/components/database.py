@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child
+from infra.components.common import TYPE_PREFIX, DataClass, Naming, child
 from infra.config import DatabaseConfig
 from infra.objectives import DatabaseSettings
 
@@ -91,7 +91,7 @@ class Database(pulumi.ComponentResource):
             performance_insights_kms_key_id=kms_key_arn,
             enabled_cloudwatch_logs_exports=["postgresql", "upgrade"],
             iam_database_authentication_enabled=True,
-            tags=naming.tags(self.identifier),
+            tags=naming.tags(self.identifier, DataClass.CONTROL_PLANE_STATE),
             opts=child(self, protect=settings.deletion_protection),
         )
         self.address = db.address

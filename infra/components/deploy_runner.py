@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import TYPE_PREFIX, DataClass, Naming, child, policy_output
 from infra.config import DeployRunnerConfig
 from infra.deploy import IMAGE_TARGETS, SOURCE_PREFIX
 
@@ -169,7 +169,7 @@ class DeployRunner(pulumi.ComponentResource):
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs", name=f"/aws/codebuild/{p}-deploy-runner",
             retention_in_days=LOG_RETENTION_DAYS, kms_key_id=kms_key_arn,
-            tags=naming.tags(f"{name}-logs"), opts=child(self))
+            tags=naming.tags(f"{name}-logs", DataClass.TELEMETRY), opts=child(self))
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg", vpc_id=vpc_id,
             description="CodeBuild deploy runner: no ingress; egress to ECR, S3, the EKS API, "

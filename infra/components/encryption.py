@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import TYPE_PREFIX, DataClass, Naming, child, policy_output
 
 
 class DataKey(pulumi.ComponentResource):
@@ -40,7 +40,7 @@ class DataKey(pulumi.ComponentResource):
                  "Principal": {"Service": "cloudwatch.amazonaws.com"},
                  "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*"},
             ]),
-            tags=naming.tags(f"{name}-key"),
+            tags=naming.tags(f"{name}-key", DataClass.ENCRYPTION_KEYS),
             opts=child(self),
         )
         aws.kms.Alias(f"{name}-alias", name=f"alias/{name}", target_key_id=key.key_id, opts=child(self))

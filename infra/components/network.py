@@ -9,7 +9,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import DISCOVERY_TAG, TYPE_PREFIX, Naming, child, policy_output
+from infra.components.common import (
+    DISCOVERY_TAG,
+    TYPE_PREFIX,
+    DataClass,
+    Naming,
+    child,
+    policy_output,
+)
 from infra.config import NetworkConfig
 
 
@@ -188,7 +195,7 @@ class Network(pulumi.ComponentResource):
             f"{name}-flow-logs",
             retention_in_days=cfg.flow_log_retention_days,
             kms_key_id=kms_key_arn,
-            tags=naming.tags(f"{name}-flow-logs"),
+            tags=naming.tags(f"{name}-flow-logs", DataClass.TELEMETRY),
             opts=child(self),
         )
         flow_role = aws.iam.Role(

@@ -16,6 +16,7 @@ from infra.components.common import (
     POOL_LABEL,
     PROMETHEUS_RELEASE,
     TYPE_PREFIX,
+    DataClass,
     Naming,
     child,
 )
@@ -139,7 +140,7 @@ class Alarms(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}:Alarms", name, None, opts)
         topic = aws.sns.Topic(f"{name}-alarms", kms_master_key_id=kms_key_arn,
-                              tags=naming.tags(f"{name}-alarms"), opts=child(self))
+                              tags=naming.tags(f"{name}-alarms", DataClass.TELEMETRY), opts=child(self))
         if alarm_email:
             aws.sns.TopicSubscription(f"{name}-alarms-email", topic=topic.arn, protocol="email",
                                       endpoint=alarm_email, opts=child(self))
@@ -172,7 +173,7 @@ class Alarms(pulumi.ComponentResource):
                 period=window.period_seconds, evaluation_periods=window.evaluation_periods,
                 treat_missing_data="breaching" if key == "rds-connections-zero" else "notBreaching",
                 alarm_actions=[topic.arn], ok_actions=[topic.arn],
-                tags=naming.tags(naming.name(key)),
+                tags=naming.tags(naming.name(key), DataClass.TELEMETRY),
                 opts=child(self),
             ))
         # FIS experiments stop when anything beyond the injected fault breaks.
@@ -182,7 +183,7 @@ class Alarms(pulumi.ComponentResource):
             alarm_rule=pulumi.Output.all(*[a.name for a in alarms]).apply(
                 lambda names: " OR ".join(f'ALARM("{n}")' for n in names)),
             alarm_actions=[topic.arn],
-            tags=naming.tags(naming.name("fis-stop-condition")),
+            tags=naming.tags(naming.name("fis-stop-condition"), DataClass.TELEMETRY),
             opts=child(self),
         )
         self.alarm_topic_arn = topic.arn

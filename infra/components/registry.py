@@ -7,7 +7,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.common import TYPE_PREFIX, Naming, child
+from infra.components.common import TYPE_PREFIX, DataClass, Naming, child
 from infra.config import RegistryConfig
 
 
@@ -50,7 +50,7 @@ class Registry(pulumi.ComponentResource):
                     encryption_type="KMS", kms_key=kms_key_arn
                 )],
                 force_delete=False,
-                tags=naming.tags(f"{naming.prefix}/{repo}"),
+                tags=naming.tags(f"{naming.prefix}/{repo}", DataClass.IMAGES),
                 opts=child(self),
             )
             aws.ecr.LifecyclePolicy(

@@ -108,7 +108,8 @@ def build() -> None:
     api_settings = obj.derive_api_settings(objectives["api-replica-loss"], cfg.control_plane.api)
     # Names follow the platform stack (cluster, database, node pools are named after it).
     naming = Naming(pulumi.get_project(), app.platform_stack_name, env.value, cfg.owner,
-                    cfg.cost_center)
+                    cfg.cost_center, availability=obj.availability_objectives(objectives.recovery),
+                    source_stack=pulumi.get_stack())
     check_default_tags({**naming.tags(), "stack": pulumi.get_stack()})
     check_images(cfg, app)
     p = naming.prefix

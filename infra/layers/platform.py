@@ -44,7 +44,8 @@ def build() -> None:
     obj.derive_api_settings(objectives["api-replica-loss"], cfg.control_plane.api)
     obj.check_gpu_interruptions(objectives["node-interruption-checkpoint"], cfg.node_pools.gpu)
 
-    naming = Naming(pulumi.get_project(), pulumi.get_stack(), env.value, cfg.owner, cfg.cost_center)
+    naming = Naming(pulumi.get_project(), pulumi.get_stack(), env.value, cfg.owner, cfg.cost_center,
+                    availability=obj.availability_objectives(objectives.recovery))
     check_default_tags(naming.tags())
     p = naming.prefix
     account_id = aws.get_caller_identity_output().account_id

@@ -171,3 +171,17 @@ def test_readyz_fails_when_database_unreachable(tmp_path) -> None:  # type: igno
         assert r.status_code == 503 and "database" in r.json()["detail"]
     finally:
         p.stop()
+
+
+def test_a_workload_class_fills_defaults_and_refuses_what_it_does_not_allow(user: Api) -> None:
+    r = user.submit(spec("prep", workload_class="batch-preprocessing"))
+    assert r.status_code == 201, r.text
+    op = r.json()
+    assert op["max_retries"] == 5 and op["resources"]["cpu"] == 4
+    assert op["workload_class"] == "batch-preprocessing"
+    r = user.submit(spec("prep", workload_class="batch-preprocessing", timeout_seconds=60))
+    assert r.status_code == 422
+    assert "timeout_seconds: not overridable for workload_class 'batch-preprocessing'" in r.text
+    r = user.submit(spec("nb", workload_class="interactive-notebook",
+                         placement={"interruptible": True}))
+    assert r.status_code == 422 and "placement.interruptible" in r.text

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from click.testing import CliRunner, Result
 
 from infra import cli, decommission
-from tests.infra.motoserver import moto_server
+from tests.infra.motoserver import fresh_session
 
 REGION = "eu-west-1"  # aws:region of Pulumi.staging.yaml and Pulumi.dev.yaml
 RETIRED, OTHER = "staging", "dev"
@@ -36,13 +34,6 @@ def spec(kind: str, stack: str, **extra: str) -> list[dict[str, Any]]:
     return [{"ResourceType": kind, "Tags": kv(stack, **extra)}]
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with moto_server(tmp_path_factory.mktemp("moto"),
-                     {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}) as endpoint:
-        yield endpoint
-
-
 class Aws:
     """Clients on the moto server (explicit endpoint: the command must be told it too)."""
 
@@ -56,12 +47,8 @@ class Aws:
 
 @pytest.fixture()
 def aws(moto: str, monkeypatch: pytest.MonkeyPatch) -> Aws:
-    httpx.post(f"{moto}/moto-api/reset", timeout=5).raise_for_status()
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(key, raising=False)
+    """The module's moto server (tests/infra/conftest.py), reset; no AWS_ENDPOINT_URL."""
+    fresh_session(moto, monkeypatch, REGION, endpoint_env=False)
     return Aws(moto)
 
 

@@ -10,11 +10,10 @@ from pulumi_policy import PolicyProviderResource, ResourceValidationArgs
 
 from infra.config import ConfigError
 from infra.policies import required_tags
-from tests.infra.harness import Run, run_program
+from tests.infra.harness import Run, run_program, stack_config
 from tests.infra.test_policies_and_schema import OPTS
 
-TAGS = {"owner": "ml-platform", "environment": "dev", "project": "mlplatform",
-        "cost-center": "ml-1001", "stack": "dev", "managed-by": "pulumi"}
+TAGS = stack_config("dev")["aws:defaultTags"]["tags"]
 
 
 def test_explicit_aws_providers_carry_the_default_tags(

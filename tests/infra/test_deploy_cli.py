@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.validate import validate_parameters
 from click.testing import CliRunner, Result
 
 from infra import cli, deploy
-from tests.infra.motoserver import moto_server
+from tests.infra.motoserver import fresh_session
 
 DATA = Path(__file__).parent / "data" / "codebuild"
 REGION = "eu-west-1"
@@ -38,12 +37,6 @@ REPOS = {"controlplane": f"{REGISTRY}/mlplatform-staging/controlplane",
          "gameday": f"{REGISTRY}/mlplatform-staging/gameday",
          "workloads/trainer": f"{REGISTRY}/mlplatform-staging/workloads/trainer"}
 CP, GD = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
-        yield endpoint
 
 
 class Recorder:
@@ -73,14 +66,8 @@ class Recorder:
 
 @pytest.fixture()
 def aws(moto: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
-    httpx.post(f"{moto}/moto-api/reset", timeout=5).raise_for_status()
-    for key, value in {"AWS_ENDPOINT_URL": moto, "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
+    session = fresh_session(moto, monkeypatch, REGION)
     recorder = Recorder()
-    session = boto3.session.Session(region_name=REGION)
     session.events.register("provide-client-params.*.*", recorder.record)
     session.events.register("before-call.codebuild.BatchGetBuilds", recorder.batch_get_builds)
     monkeypatch.setattr(cli, "_session", lambda region: session)

@@ -20,6 +20,7 @@ from infra.components import deploy_runner as dr
 from infra.components.common import Naming
 from infra.components.registry import Registry
 from infra.config import DeployRunnerConfig, RegistryConfig, parse_stack_config
+from infra.objectives import availability_objectives
 from tests.infra.harness import (
     ACCOUNT,
     PROJECT,
@@ -27,6 +28,7 @@ from tests.infra.harness import (
     PlatformMocks,
     Resource,
     Run,
+    objectives_for,
     stack_config,
 )
 from tests.infra.test_policies_and_schema import violations
@@ -41,7 +43,8 @@ EXPORTS: dict[str, Any] = {}
 
 def _program(backend: str, repos: tuple[str, ...]) -> Callable[[], None]:
     def program() -> None:
-        naming = Naming(PROJECT, "staging", "staging", "ml-platform", "ml-1001")
+        naming = Naming(PROJECT, "staging", "staging", "ml-platform", "ml-1001",
+                        availability_objectives(objectives_for("staging").recovery))
         registry = Registry("ecr", RegistryConfig(repositories=["controlplane", "gameday",
                                                                 "workloads/trainer"]),
                             naming, KEY)
@@ -59,7 +62,8 @@ def _stack_program(stack: str) -> Callable[[], None]:
         raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items()
                if k.startswith(f"{PROJECT}:")}
         cfg = parse_stack_config(raw, f"Pulumi.{stack}.yaml")
-        naming = Naming(PROJECT, stack, cfg.environment.value, cfg.owner, cfg.cost_center)
+        naming = Naming(PROJECT, stack, cfg.environment.value, cfg.owner, cfg.cost_center,
+                        availability_objectives(objectives_for(cfg.environment.value).recovery))
         registry = Registry("ecr", cfg.registry, naming, KEY)
         if cfg.deploy_runner.enabled:
             dr.DeployRunner("runner", cfg.deploy_runner, naming, REGION, ACCOUNT, "vpc-1",

@@ -177,3 +177,45 @@ def test_nodes_whose_tags_stop_at_the_node_group_are_found(runs: dict[str, Run])
     res = _edit(base, _kind("EC2NodeClass", "gpu"),
                 lambda p: p["spec"]["tags"].pop("cost-center"))
     assert any("EC2NodeClass tags lack ['cost-center']" in m for m in _checks(res, "node-tags"))
+
+
+def _class_template(name: str) -> Callable[[Resource], bool]:
+    return _kind("PodTemplate", f"workload-class-{name}")
+
+
+def _allow_spot(props: dict[str, Any]) -> None:
+    terms = props["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms[0]["matchExpressions"][0]["values"] = ["spot", "on-demand"]
+
+
+def test_spot_capacity_for_a_class_that_does_not_checkpoint_is_found(runs: dict[str, Run]) -> None:
+    assert _checks(runs["dev"].resources, "capacity") == []
+    res = _edit(runs["dev"].resources, _class_template("online-inference"), _allow_spot)
+    assert any("'online-inference' is not checkpointable" in m for m in _checks(res, "capacity"))
+    # no capacity requirement at all admits spot too
+    res = _edit(runs["dev"].resources, _class_template("interactive-notebook"),
+                lambda p: p["template"]["spec"].pop("affinity"))
+    assert any("'interactive-notebook' is not checkpointable" in m
+               for m in _checks(res, "capacity"))
+
+
+def test_every_class_has_its_template_and_service_account_in_each_workload_namespace(
+        runs: dict[str, Run]) -> None:
+    from controlplane.workload_classes import CLASSES
+
+    k8s = [r for r in runs["dev"].resources if r.props.get("kind")]
+    namespaces = {(r.props.get("metadata") or {}).get("name") for r in k8s
+                  if r.props["kind"] == "Namespace"
+                  and r.props["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+                  == "workloads"}
+    assert namespaces, "no workload namespace found: the test would check nothing"
+    have = {(r.props["kind"], r.props["metadata"]["namespace"], r.props["metadata"]["name"])
+            for r in k8s if r.props["kind"] in ("PodTemplate", "ServiceAccount")}
+    for ns in namespaces:
+        for wc in CLASSES.values():
+            assert ("PodTemplate", ns, f"workload-class-{wc.name}") in have
+            assert ("ServiceAccount", ns, wc.service_account) in have
+    # the references check sees a template naming a service account nobody creates
+    res = _without(runs["dev"].resources, _kind("ServiceAccount", "wc-batch-preprocessing"))
+    assert any("wc-batch-preprocessing" in m for m in _checks(res, "references"))

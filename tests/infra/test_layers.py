@@ -5,7 +5,6 @@ it on exactly those outputs), images pinned by digest, and the cluster reached w
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from typing import Any
@@ -15,12 +14,11 @@ import pytest
 
 from infra.config import ConfigError
 from infra.layers import outputs as out
+from infra.render import merge, run_stack
 from tests.infra.harness import (
     TEST_IMAGES,
     PlatformMocks,
     Run,
-    _merge,
-    _run,
     app_stack,
     run_program,
     stack_config,
@@ -31,10 +29,9 @@ STACKS = ("dev", "staging", "prod")
 
 def _app_run(stack: str, platform_outputs: dict[str, Any], app_patch: dict | None = None) -> Any:
     """The application layer alone, on the given platform outputs."""
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    config = _merge(_merge(stack_config(app_stack(stack)), {"mlplatform:images": TEST_IMAGES}),
-                    app_patch or {})
-    return _run(app_stack(stack), config, PlatformMocks(platform_outputs))
+    config = merge(merge(stack_config(app_stack(stack)), {"mlplatform:images": TEST_IMAGES}),
+                   app_patch or {})
+    return run_stack(app_stack(stack), config, PlatformMocks(platform_outputs))
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -6,18 +6,17 @@ creation time to "now", so the age threshold is tested by moving the scan's cloc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner, Result
 
 from infra import cli, waste
-from tests.infra.motoserver import moto_server
+from infra.components.common import REQUIRED_TAGS
+from tests.infra.motoserver import fresh_session
 
 REGION = "eu-west-1"
 PROJECT, STACK = "mlplatform", "staging"
@@ -26,7 +25,10 @@ OWNER = "ml-platform"
 
 def tags(stack: str = STACK, **extra: str) -> list[dict[str, str]]:
     base = {"owner": OWNER, "environment": stack, "project": PROJECT, "cost-center": "ml-1001",
-            "stack": stack, "managed-by": "pulumi", **extra}
+            "stack": stack, "managed-by": "pulumi", "data-class": "platform",
+            "availability-objective": "rto=30s/rpo=0",
+            "provisioning-source": f"pulumi:{PROJECT}/{stack}", "retirement-condition": "with-stack",
+            **extra}
     return [{"Key": k, "Value": v} for k, v in base.items()]
 
 
@@ -34,23 +36,9 @@ def spec(kind: str, **extra: str) -> list[dict[str, Any]]:
     return [{"ResourceType": kind, "Tags": tags(**extra)}]
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # moto's built-in AMIs come with ~1300 snapshots "owned" by the test account: not ours.
-    with moto_server(tmp_path_factory.mktemp("moto"),
-                     {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}) as endpoint:
-        yield endpoint
-
-
 @pytest.fixture()
 def session(moto: str, monkeypatch: pytest.MonkeyPatch) -> boto3.session.Session:
-    httpx.post(f"{moto}/moto-api/reset", timeout=5).raise_for_status()
-    for key, value in {"AWS_ENDPOINT_URL": moto, "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(key, raising=False)
-    return boto3.session.Session(region_name=REGION)
+    return fresh_session(moto, monkeypatch, REGION)
 
 
 @pytest.fixture()
@@ -180,7 +168,7 @@ def test_finds_exactly_the_seeded_waste(seeded: dict[str, str],
     for unknown in ("quiet", seeded["topic_orphan"], seeded["sg_untagged"]):
         assert by_id[unknown]["age"] == "unknown"
     assert by_id[seeded["sg_untagged"]]["reason"] == (
-        "security group scratch missing tags: owner, environment, project, cost-center")
+        f"security group scratch missing tags: {', '.join(REQUIRED_TAGS)}")
     assert by_id[seeded["web_eni"]]["reason"] == (
         "network interface (interface) missing tags: cost-center")
     assert by_id[seeded["lb_notargets"]]["reason"] == "no healthy target in 1 target group(s)"
