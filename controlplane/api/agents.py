@@ -67,7 +67,8 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
         try:
             # a pooled connection per query, not per request: a waiting claim holds none
             async with db.connection(pool) as c:
-                rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds)
+                rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds,
+                                               body.agent_time)
             left = deadline - loop.time()
             if rows or event is None or left <= 0:
                 break
@@ -108,7 +109,7 @@ async def attempt_heartbeat(attempt_id: str, body: AttemptHeartbeat, p: Agent, c
     try:
         out = await agent_store.attempt_heartbeat(
             c, _uuid_or_404(attempt_id, "attempt"), body.fencing_token, body.progress,
-            settings.lease_seconds)
+            settings.lease_seconds, body.agent_time)
     except StaleReport as exc:
         return await _stale(c, exc, attempt_id, x_agent_name)
     lease = out["lease_expires_at"]
