@@ -60,15 +60,19 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
     aid = _uuid_or_404(agent_id, "agent")
     wakeups = _wakeups(request) if wait > 0 else None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    received = loop.time()
+    deadline = received + wait
     while True:
         # armed before the query: a dispatch committed after it started still wakes us
         event = wakeups.arm(aid) if wakeups is not None and wakeups.listening else None
         try:
             # a pooled connection per query, not per request: a waiting claim holds none
             async with db.connection(pool) as c:
+                # the agent's clock as it would read now, not when it sent the long poll
+                agent_time = (None if body.agent_time is None
+                              else body.agent_time + loop.time() - received)
                 rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds,
-                                               body.agent_time)
+                                               agent_time)
             left = deadline - loop.time()
             if rows or event is None or left <= 0:
                 break
