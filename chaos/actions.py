@@ -32,10 +32,12 @@ __all__ = [
     "replay_acknowledged",
     "restore_all",
     "restore_artifact_store",
+    "restore_clock",
     "restore_pool",
     "restore_registry",
     "resume",
     "send_late_reports",
+    "skew_clock",
     "start",
     "stop",
     "stop_agents_in_region",
@@ -60,6 +62,7 @@ FAULTS = (
     "partition_agent_running",
     "partition_database",
     "send_late_reports",
+    "skew_clock",
     "stop",
     "stop_agents_in_region",
     "withdraw_pool",
@@ -163,6 +166,28 @@ def partition_agent(agent: str, configuration: Configuration = None,
 
 def heal_agent(agent: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
     return _ctx(configuration).driver.heal_agent(agent)
+
+
+def _clock_driver(ctx: Context) -> Any:
+    if not hasattr(ctx.driver, "skew_clock"):
+        raise ChaosError(f"the {ctx.driver.name} fault driver cannot skew a process's clock "
+                         "(only the local environment's processes read an injectable clock)")
+    return ctx.driver
+
+
+def skew_clock(target: str, seconds: float, configuration: Configuration = None,
+               secrets: Secrets = None) -> dict:
+    """Step the wall clock of an agent (``cpu-1``) or of the ``reconciler`` ``seconds`` away
+    from the true time: forward (> 0) or backward (< 0). Calling it again on the same target
+    is a new jump from the true time, not a sum."""
+    ctx = _ctx(configuration)
+    return _clock_driver(ctx).skew_clock(_target(ctx, target), seconds)
+
+
+def restore_clock(target: str, configuration: Configuration = None,
+                  secrets: Secrets = None) -> dict:
+    ctx = _ctx(configuration)
+    return _clock_driver(ctx).restore_clock(_target(ctx, target))
 
 
 def _running_agent(ctx: Context, op_id: str) -> str:

@@ -13,6 +13,7 @@ from platforms import PlatformError, SubmitRequest, Workload
 __all__ = [
     "api_ready",
     "attempts_bounded",
+    "clock_skew_seen",
     "database_writable",
     "environment_healthy",
     "errors_kept",
@@ -140,6 +141,21 @@ def stale_report_refused(tag: str, configuration: Configuration = None,
     refusals = [e for e in view.events
                 if e["kind"] == "stale_report_refused" and e.get("attempt_id") in lost]
     return {"refused": bool(refusals), "refusals": len(refusals), "lost_attempts": sorted(lost)}
+
+
+def clock_skew_seen(tag: str, min_seconds: float, configuration: Configuration = None,
+                    secrets: Secrets = None) -> dict:
+    """The skewed clocks reached the code that reads them: some claim of ``tag``'s operations
+    recorded an agent clock at least ``min_seconds`` off the control plane's (the offset the
+    API records on each claim event). Proof that the rehearsal ran with a skewed agent, not
+    with a fault file nobody read."""
+    views = _views(_ctx(configuration), tag, True)
+    if not views:
+        return {"seen": True, "note": "nothing submitted yet"}
+    offsets = [float((e.get("data") or {})["agent_clock_offset"]) for v in views
+               for e in v.events if e["kind"] == "claimed"
+               and isinstance((e.get("data") or {}).get("agent_clock_offset"), (int, float))]
+    return {"seen": any(abs(o) >= min_seconds for o in offsets), "claim_offsets": offsets}
 
 
 def attempts_bounded(tag: str, max_attempts: int, configuration: Configuration = None,

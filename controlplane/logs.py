@@ -7,14 +7,18 @@ import logging
 import sys
 import time
 
+from controlplane import clock
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        # stamped by this process's wall clock, skewed like the host's would be (clock.py)
+        created = record.created + clock.offset()
         out = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+            + f".{int(created % 1 * 1000):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

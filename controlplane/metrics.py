@@ -50,3 +50,6 @@ DISPATCH_LATENCY = Histogram("controlplane_dispatch_latency_seconds",
                              "Wait from eligible to dispatched",
                              buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
 RECONCILER_PASSES = Counter("controlplane_reconciler_passes_total", "Reconciler passes", ["pass"])
+CLOCK_OFFSET = Gauge("controlplane_reconciler_clock_offset_seconds",
+                     "The reconciler's wall clock minus the database's (reported only: leases "
+                     "are measured on the database's clock, controlplane/clock.py)")

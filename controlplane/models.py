@@ -147,6 +147,9 @@ class AgentRegistration(Strict):
 
 class ClaimRequest(Strict):
     max: int = Field(default=1, ge=1, le=64)
+    # the agent's wall clock (epoch seconds) when it sent the request: recorded as the agent's
+    # offset from the database's clock, never used for the lease (controlplane/clock.py)
+    agent_time: float | None = None
 
 
 class FencedRequest(Strict):
@@ -155,6 +158,7 @@ class FencedRequest(Strict):
 
 class AttemptHeartbeat(FencedRequest):
     progress: dict[str, Any] | None = None
+    agent_time: float | None = None  # as in ClaimRequest: reported, never trusted
 
 
 class AgentEvent(Strict):

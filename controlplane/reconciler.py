@@ -2,7 +2,11 @@
 timeouts, and exports the gauges. Two replicas may run at once (see store/scheduling.py).
 
 Every loop iteration and database round trip is recorded in ``Reconciler.health``, which
-controlplane/health.py serves as /healthz (loop alive) and /readyz (database reachable)."""
+controlplane/health.py serves as /healthz (loop alive) and /readyz (database reachable).
+
+Leases are granted, renewed and expired on the database's clock (``now()`` in the queries of
+store/), never on this process's wall clock; the loop's own timing is monotonic. Which clock
+decides what, and why: controlplane/clock.py."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from controlplane import defects, metrics
+from controlplane import clock, defects, metrics
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import agents as agent_store
 from controlplane.store import scheduling
@@ -142,6 +146,8 @@ class Reconciler:
         for queue, reason, n in g["pending"]:
             metrics.PENDING.labels(queue, reason).set(n)
         metrics.PROGRESS_STALE.set(g["progress_stale"])
+        # reported, never used: every lease decision above is on the database's clock
+        metrics.CLOCK_OFFSET.set(round(clock.wall() - g["db_time"], 3))
 
     async def _listen(self) -> None:
         """LISTEN for submissions so routing starts at once instead of at the next tick."""

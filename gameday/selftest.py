@@ -58,6 +58,10 @@ MATRIX: tuple[Case, ...] = (
     Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
          "ineligible-fallback-region.invariant.eligible-placement"),
 )
+MATRIX += (
+    Case("clock-skew", "lease-from-agent-clock", "clock-skew",
+         "clock-skew.invariant.lease-granted-once"),
+)
 
 
 @dataclass

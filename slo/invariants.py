@@ -83,6 +83,77 @@ def fencing(
     return InvariantResult("fencing", len(lost_at), tuple(violations))
 
 
+# transitions that end a holder's lease before it runs out: its own report (success, failure,
+# failure -> retrying) or a cancel (by anyone: a canceled operation is never granted again)
+HOLDER_ENDS = frozenset({"succeeded", "failed", "retrying", "canceled"})
+# database members' clocks may differ by this much after a failover (grants are stamped by
+# whichever member was primary)
+LEASE_CLOCK_TOLERANCE = 0.25
+
+
+def _lease_seconds(e: Event) -> float | None:
+    value = e.data.get("lease_seconds")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value)
+
+
+def _ended_by_holder(e: Event) -> bool:
+    if e.to_state not in HOLDER_ENDS:
+        return False
+    return e.to_state == "canceled" or (e.actor or "").startswith(AGENT_ACTOR_PREFIX)
+
+
+def lease_granted_once(
+    events: Iterable[Event], start: float, end: float,
+    tolerance: float = LEASE_CLOCK_TOLERANCE,
+) -> InvariantResult:
+    """No lease granted twice: an operation's work is never granted (a `claimed` event) while
+    an earlier grant of the same operation may still be held. An earlier grant is held until
+    its holder ends it (its own report, or a cancel) and at least for the `lease_seconds` it
+    was granted for (claimed event data), on the database's clock that stamps both grants:
+    renewals only extend a lease, so a second grant inside the first `lease_seconds` with no
+    end from the holder is a double grant whatever the renewals said. (A double grant after a
+    renewal would need the renewal times, which the events do not carry: not judged.)
+
+    Judged: the grants in [start, end]. An earlier grant without `lease_seconds` makes the
+    whole result no data: an overlap that cannot be measured is never a pass."""
+    ordered = sorted((e for e in events if e.attempt_id and e.operation_id), key=_order)
+    grants = [(i, e) for i, e in enumerate(ordered) if e.kind == "claimed"]
+    in_window = [(i, e) for i, e in grants if start <= ts(e.time) <= end]
+    if not in_window:
+        return InvariantResult("lease-granted-once", 0,
+                               no_data="no lease granted in the experiment window "
+                               "(no claimed event with an attempt_id)")
+    ends: dict[str, list[int]] = {}
+    for i, e in enumerate(ordered):
+        if _ended_by_holder(e):
+            ends.setdefault(str(e.attempt_id), []).append(i)
+    violations: list[str] = []
+    unmeasured: set[str] = set()
+    for j, b in in_window:
+        for i, a in grants:
+            if i >= j or a.operation_id != b.operation_id or a.attempt_id == b.attempt_id:
+                continue
+            if any(k < j for k in ends.get(str(a.attempt_id), ())):
+                continue  # its holder ended it before the new grant
+            lease = _lease_seconds(a)
+            if lease is None:
+                unmeasured.add(str(a.attempt_id))
+                continue
+            held = ts(a.time) + lease - ts(b.time)
+            if held > tolerance:
+                violations.append(
+                    f"operation {b.operation_id}: attempt {b.attempt_id} granted at {_when(b)} "
+                    f"while attempt {a.attempt_id}, granted at {_when(a)} for {lease:g}s and not "
+                    f"ended by its holder, still held its lease ({held:.1f}s left)")
+    no_data = None
+    if unmeasured:
+        no_data = (f"{len(unmeasured)} earlier grant(s) granted again carry no lease_seconds "
+                   f"(claimed event data): {', '.join(sorted(unmeasured)[:3])}")
+    return InvariantResult("lease-granted-once", len(in_window), tuple(violations), no_data)
+
+
 def _attempts_in(attempts: Iterable[Attempt], start: float, end: float) -> list[Attempt]:
     return [a for a in attempts if start <= ts(a.created_at) <= end]
 
@@ -220,6 +291,7 @@ INVARIANTS: dict[str, Judge] = {
         ev.operations, ev.attempts, ev.agents, lo, hi),
     "served-after-detection": lambda ev, lo, hi, grace: served_after_detection(
         ev.requests, ev.faults, lo, hi, grace),
+    "lease-granted-once": lambda ev, lo, hi, _: lease_granted_once(ev.events, lo, hi),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
 

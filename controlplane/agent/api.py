@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from controlplane import clock
+
 
 class ApiError(Exception):
     """Root of agent API errors."""
@@ -96,13 +98,16 @@ class AgentApi:
         """Claim routed work; ``wait`` > 0 lets the API hold the call that long for work to
         arrive (an API that does not know the parameter answers at once)."""
         params = {"wait": f"{wait:.3f}"} if wait > 0 else None
-        return list(self._post(f"/v1/agents/{agent_id}/claim", {"max": max_items},
+        # our wall clock, reported (the API records our offset); the lease is on its clock
+        body = {"max": max_items, "agent_time": clock.wall()}
+        return list(self._post(f"/v1/agents/{agent_id}/claim", body,
                                params=params, extra_seconds=wait).get("items", []))
 
     def attempt_heartbeat(self, attempt_id: str, fencing_token: int,
                           progress: dict[str, Any] | None) -> AttemptHeartbeat:
         body = self._post(f"/v1/attempts/{attempt_id}/heartbeat",
-                          {"fencing_token": fencing_token, "progress": progress})
+                          {"fencing_token": fencing_token, "progress": progress,
+                           "agent_time": clock.wall()})
         return AttemptHeartbeat(bool(body.get("cancel", False)), body.get("lease_expires_at"))
 
     def send_events(self, attempt_id: str, fencing_token: int, events: list[dict[str, Any]]) -> None:

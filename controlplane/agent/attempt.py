@@ -126,6 +126,8 @@ class AttemptRunner(threading.Thread):
         self.ending: Ending | None = None
         self.observed = _Observed()
         self._outbox: list[dict[str, Any]] = []
+        # monotonic on purpose: a step of the wall clock must not move our self-fencing
+        # deadline (which clock decides what: controlplane/clock.py)
         self._lease_deadline = time.monotonic() + claim.lease_seconds
         # The claim has just granted the lease: the first heartbeat is due one interval later,
         # so an attempt shorter than that sends none (one request less per short attempt).

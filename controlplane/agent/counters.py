@@ -13,10 +13,10 @@ import json
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from controlplane import clock
 from controlplane.agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class EvidenceCounters:
             related = doc.get("related_attempt")
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             # Keep the bad file for a human; counting restarts at zero, and says so.
-            aside = self.path.with_name(f"{COUNTERS_FILE}.unreadable-{int(time.time())}")
+            aside = self.path.with_name(f"{COUNTERS_FILE}.unreadable-{int(clock.wall())}")
             os.replace(self.path, aside)
             log.error("%s: unreadable (%s); moved to %s, counting restarts at 0",
                       self.path, exc, aside.name)

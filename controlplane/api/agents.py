@@ -60,14 +60,19 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
     aid = _uuid_or_404(agent_id, "agent")
     wakeups = _wakeups(request) if wait > 0 else None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    received = loop.time()
+    deadline = received + wait
     while True:
         # armed before the query: a dispatch committed after it started still wakes us
         event = wakeups.arm(aid) if wakeups is not None and wakeups.listening else None
         try:
             # a pooled connection per query, not per request: a waiting claim holds none
             async with db.connection(pool) as c:
-                rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds)
+                # the agent's clock as it would read now, not when it sent the long poll
+                agent_time = (None if body.agent_time is None
+                              else body.agent_time + loop.time() - received)
+                rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds,
+                                               agent_time)
             left = deadline - loop.time()
             if rows or event is None or left <= 0:
                 break
@@ -108,7 +113,7 @@ async def attempt_heartbeat(attempt_id: str, body: AttemptHeartbeat, p: Agent, c
     try:
         out = await agent_store.attempt_heartbeat(
             c, _uuid_or_404(attempt_id, "attempt"), body.fencing_token, body.progress,
-            settings.lease_seconds)
+            settings.lease_seconds, body.agent_time)
     except StaleReport as exc:
         return await _stale(c, exc, attempt_id, x_agent_name)
     lease = out["lease_expires_at"]

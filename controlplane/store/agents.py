@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -14,7 +14,7 @@ from controlplane.policy import ErrorKind, decide_retry
 from controlplane.states import ActiveAttemptStates, OpState
 from controlplane.store import Conflict, NotFound, StaleReport
 from controlplane.store.operations import NOTIFY_CHANNEL
-from controlplane.store.transitions import record_event, transition
+from controlplane.store.transitions import db_now, record_event, transition
 
 BREAKER_THRESHOLD = 3  # consecutive transient failures on one agent before it stops getting work
 BREAKER_COOLDOWN = timedelta(seconds=30)
@@ -56,16 +56,29 @@ async def heartbeat(conn: AsyncConnection, agent_id: str) -> None:
         raise NotFound(f"agent {agent_id} is not registered; register again")
 
 
+def _lease_base(agent_time: float | None) -> str:
+    """SQL for the instant a lease is measured from: the database's ``now()``, the one clock
+    every grant, renewal and expiry is compared on (controlplane/clock.py). The seeded defect
+    ``lease-from-agent-clock`` measures it from the agent's own clock instead."""
+    if agent_time is not None and defects.enabled("lease-from-agent-clock"):  # test only
+        return "to_timestamp(%(agent_time)s)"
+    return "now()"
+
+
 async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
-                lease_seconds: float) -> list[dict[str, Any]]:
-    """Take the attempts routed to this agent. Each claim gets a new, higher fencing token."""
+                lease_seconds: float, agent_time: float | None = None) -> list[dict[str, Any]]:
+    """Take the attempts routed to this agent. Each claim gets a new, higher fencing token.
+
+    ``agent_time`` (the agent's wall clock when it asked) is only recorded on the claim event
+    as the agent's clock offset; the lease is measured on the database's clock."""
     async with conn.transaction():
         await heartbeat(conn, agent_id)
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 """UPDATE attempts t SET claimed_at = now(),
                        fencing_token = nextval('fencing_tokens'),
-                       lease_expires_at = now() + make_interval(secs => %(lease)s)
+                       lease_expires_at = """ + _lease_base(agent_time) + """
+                                          + make_interval(secs => %(lease)s)
                    FROM operations o, projects p
                    WHERE t.id IN (SELECT id FROM attempts
                                   WHERE agent_id = %(agent)s::uuid AND state = 'dispatched'
@@ -73,16 +86,24 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
                                   ORDER BY created_at LIMIT %(max)s FOR UPDATE SKIP LOCKED)
                      AND o.id = t.operation_id AND p.id = o.project_id
                    RETURNING t.id AS attempt_id, t.operation_id, t.number, t.fencing_token,
-                             t.lease_expires_at, o.spec, p.name AS project""",
-                {"agent": agent_id, "max": max_items, "lease": lease_seconds})
+                             t.lease_expires_at, o.spec, p.name AS project,
+                             extract(epoch FROM now())::float8 AS db_now""",
+                {"agent": agent_id, "max": max_items, "lease": lease_seconds,
+                 "agent_time": agent_time})
             rows = await cur.fetchall()
         for r in rows:
+            # the lease as granted (slo/invariants.py lease-granted-once judges on these)
+            data: dict[str, Any] = {"fencing_token": r["fencing_token"],
+                                    "lease_seconds": lease_seconds,
+                                    "lease_expires_at": r["lease_expires_at"].isoformat()}
+            if agent_time is not None:
+                data["agent_clock_offset"] = round(agent_time - r["db_now"], 3)
             await record_event(conn, r["operation_id"], attempt_id=r["attempt_id"],
                                actor=f"agent:{agent_id}", kind="claimed",
-                               reason=f"attempt {r['number']} claimed",
-                               data={"fencing_token": r["fencing_token"]})
+                               reason=f"attempt {r['number']} claimed", data=data)
     for r in rows:
         r["lease_seconds"] = lease_seconds
+        r.pop("db_now", None)
     return rows
 
 
@@ -141,7 +162,7 @@ async def record_stale(conn: AsyncConnection, exc: StaleReport, attempt_id: str,
 
 async def attempt_heartbeat(conn: AsyncConnection, attempt_id: str, token: int,
                             progress: dict[str, Any] | None, lease_seconds: float,
-                            ) -> dict[str, Any]:
+                            agent_time: float | None = None) -> dict[str, Any]:
     async with conn.transaction():
         try:
             row = await _fenced_attempt(conn, attempt_id, token)
@@ -156,12 +177,14 @@ async def attempt_heartbeat(conn: AsyncConnection, attempt_id: str, token: int,
             raise
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                """UPDATE attempts SET lease_expires_at = now() + make_interval(secs => %s),
-                       progress = coalesce(%s, progress),
-                       last_progress_at = CASE WHEN %s THEN now() ELSE last_progress_at END
-                   WHERE id = %s RETURNING lease_expires_at""",
-                (lease_seconds, Jsonb(progress) if progress else None, progress is not None,
-                 row["id"]))
+                """UPDATE attempts SET lease_expires_at = """ + _lease_base(agent_time) + """
+                                          + make_interval(secs => %(lease)s),
+                       progress = coalesce(%(progress)s, progress),
+                       last_progress_at = CASE WHEN %(moved)s THEN now()
+                                          ELSE last_progress_at END
+                   WHERE id = %(id)s RETURNING lease_expires_at""",
+                {"lease": lease_seconds, "progress": Jsonb(progress) if progress else None,
+                 "moved": progress is not None, "id": row["id"], "agent_time": agent_time})
             new = await cur.fetchone()
     assert new is not None
     return {"cancel": False, "lease_expires_at": new["lease_expires_at"]}
@@ -310,7 +333,8 @@ async def fail_or_retry(conn: AsyncConnection, op_id: Any, attempt: dict[str, An
         row = await transition(
             conn, op_id, OpState.RETRYING, actor=actor, attempt_id=attempt["id"],
             reason=f"{decision.reason} in {decision.delay_seconds:.1f}s after: {error['message']}",
-            next_eligible_at=_in_seconds(decision.delay_seconds), pending_reason="backoff",
+            next_eligible_at=await db_now(conn) + timedelta(seconds=decision.delay_seconds),
+            pending_reason="backoff",
             last_error=error, first_error=first, current_attempt_id=None)
         if row is not None:
             return "retrying"
@@ -319,11 +343,6 @@ async def fail_or_retry(conn: AsyncConnection, op_id: Any, attempt: dict[str, An
                            reason=reason, last_error=error, first_error=first)
     return "failed" if row is not None else "unchanged"
 
-
-def _in_seconds(seconds: float) -> Any:
-    from datetime import datetime
-
-    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 async def note_agent_failure(conn: AsyncConnection, agent_id: Any, op_id: Any, agent_name: str,

@@ -6,7 +6,6 @@ routing so capacity is never double-booked)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -18,7 +17,7 @@ from controlplane.states import ActiveAttemptStates, OpState
 from controlplane.store import Conflict, NotFound
 from controlplane.store.agents import fail_or_retry, note_agent_failure
 from controlplane.store.operations import NOTIFY_CHANNEL, get
-from controlplane.store.transitions import record_event, transition
+from controlplane.store.transitions import db_now, record_event, transition
 
 SCHEDULER_LOCK = 7_301_002
 ACTOR = "reconciler"
@@ -271,7 +270,7 @@ async def wake_retries(conn: AsyncConnection, batch: int = 200) -> int:
         for op_id in ids:
             row = await transition(conn, op_id, OpState.QUEUED, actor=ACTOR,
                                    reason="backoff elapsed: queued for a new attempt",
-                                   waiting_since=_now(), next_eligible_at=None)
+                                   waiting_since=await db_now(conn), next_eligible_at=None)
             n += row is not None
     return n
 
@@ -344,10 +343,8 @@ async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[s
             " AND coalesce(last_progress_at, started_at) < now() - make_interval(secs => %s)",
             (progress_stale_seconds,))
         stale = (await cur.fetchone())["n"]  # type: ignore[index]
-    return {"states": states, "queue_age": ages, "pending": pending, "progress_stale": stale}
+        await cur.execute("SELECT extract(epoch FROM now())::float8 AS t")
+        db_time = (await cur.fetchone())["t"]  # type: ignore[index]
+    return {"states": states, "queue_age": ages, "pending": pending, "progress_stale": stale,
+            "db_time": db_time}
 
-
-def _now() -> Any:
-    from datetime import datetime
-
-    return datetime.now(UTC)

@@ -75,3 +75,12 @@ async def record_event(
         " VALUES (%s, %s, %s, %s, %s, %s)",
         (op_id, attempt_id, actor, kind, reason, Jsonb(data) if data is not None else None),
     )
+
+
+async def db_now(conn: AsyncConnection) -> Any:
+    """The database's ``now()`` (the transaction's start): the clock every stored instant that
+    is compared with ``now()`` must come from. A process's own clock may be stepped (clock
+    skew): a backoff computed from it would end early or late by the step
+    (controlplane/clock.py)."""
+    cur = await conn.execute("SELECT now()")
+    return (await cur.fetchone())[0]  # type: ignore[index]

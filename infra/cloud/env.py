@@ -54,6 +54,9 @@ NOT_APPLICABLE = {
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",
+    "clock-skew": "steps a process's wall clock through its injectable clock source, which "
+                  "only the local environment's processes read (docs/clock.md); the cloud "
+                  "drivers do not step node clocks",
 }
 
 

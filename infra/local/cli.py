@@ -249,10 +249,12 @@ def fault_group() -> None:
 
 
 def _fault_command(name: str, help_text: str, call: Callable[..., dict[str, Any]],
-                   argument: str | None = None, mode_default: str | None = None) -> None:
+                   argument: str | None = None, mode_default: str | None = None,
+                   extra: tuple[click.Parameter, ...] = ()) -> None:
     params: list[click.Parameter] = []
     if argument:
         params.append(click.Argument([argument]))
+    params.extend(extra)
     if mode_default:
         params.append(click.Option(["--mode"], type=click.Choice(["refuse", "blackhole"]),
                                    default=mode_default, show_default=True,
@@ -301,6 +303,13 @@ _fault_command("partition-db", "Cut one API REPLICA off from the database (its o
                mode_default="refuse")
 _fault_command("heal-db", "Reconnect an API REPLICA to the database.",
                lambda f, replica: f.heal_database(replica), "replica")
+
+_fault_command("skew-clock", "Step the wall clock of TARGET (an agent or the reconciler) SECONDS "
+               "away from the true time (negative: backward). Leases do not use it: see "
+               "docs/clock.md.", lambda f, target, seconds: f.skew_clock(target, seconds),
+               "target", extra=(click.Argument(["seconds"], type=float),))
+_fault_command("restore-clock", "Put TARGET's wall clock back on the true time.",
+               lambda f, target: f.restore_clock(target), "target")
 
 
 def _lose_db(f: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from controlplane.clock import ENV as CLOCK_ENV
 from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
 from infra.timeline_metrics import DEFAULT_METRICS_PORT
 
@@ -461,7 +462,8 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
                               "--agent-timeout", str(LEASE_SECONDS),
                               "--progress-stale-seconds", str(3 * LEASE_SECONDS)),
             health=HealthCheck(f"http://127.0.0.1:{ports['reconciler_metrics']}/metrics"),
-            ports={"metrics": ports["reconciler_metrics"]}, env=cp_env,
+            ports={"metrics": ports["reconciler_metrics"]},
+            env={**cp_env, CLOCK_ENV: str(clock_offset_file(state, "reconciler"))},
         ))
         for agent in agents:
             specs.append(agent_component(state, agent, ports, secrets))
@@ -470,6 +472,12 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
 
 # Short leases keep local game days short: a lost agent's work moves within ~2 leases.
 LEASE_SECONDS = 5.0
+
+
+def clock_offset_file(state: Path, component: str) -> Path:
+    """Where the fault driver's skew_clock puts a process's wall-clock offset (read by
+    controlplane/clock.py through CLOCK_ENV): agents and the reconciler have one."""
+    return state / "clock" / f"{component}.offset.json"
 
 
 def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secrets: Secrets) -> ComponentSpec:
@@ -498,6 +506,7 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
         ports={"metrics": metrics, "api_route": ports[f"proxy_agent_{agent.name}"]},
         env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
-             "CONTROLPLANE_AGENT_TOKEN": secrets.agent_token},
+             "CONTROLPLANE_AGENT_TOKEN": secrets.agent_token,
+             CLOCK_ENV: str(clock_offset_file(state, agent.name))},
         labels={"pool": agent.pool, "zone": agent.zone, "region": agent.region},
     )

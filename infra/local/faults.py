@@ -15,6 +15,7 @@ fault                                 inverse
 ``registry_unreachable()``            ``registry_restore()``
 ``withdraw_pool(pool)``               ``restore_pool(pool)``
 ``partition_agent(name)``             ``heal_agent(name)``
+``skew_clock(target, seconds)``       ``restore_clock(target)``
 ``DatabaseBackups.lose()``            ``DatabaseBackups.restore()`` + ``reopen()`` (infra/local/backup.py)
 ====================================  =====================================
 
@@ -29,10 +30,13 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from controlplane.clock import ENV as CLOCK_ENV
+from controlplane.clock import RECHECK_SECONDS as CLOCK_RECHECK_SECONDS
 from infra.local import procs
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
 from infra.timeline import Timeline
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment
 
 PROXY_MODES = ("refuse", "blackhole")
+CLOCK_KINDS = ("agent", "reconciler")  # processes with an injectable clock (controlplane/clock.py)
 
 
 class FaultInjector:
@@ -306,6 +311,55 @@ class FaultInjector:
     def heal_agent(self, name: str) -> dict[str, Any]:
         return self._proxy_heal("partition_agent", self._agent(name), f"agent-{name}")
 
+    # -- clocks -----------------------------------------------------------------------------
+    def _clock_file(self, component: str) -> Path:
+        spec = self.env.components[component]
+        if spec.kind not in CLOCK_KINDS:
+            skewable = [n for n, c in self.env.components.items() if c.kind in CLOCK_KINDS]
+            raise UnknownTarget(f"{component!r} ({spec.kind}) has no injectable clock; clocks "
+                                f"can be skewed on: {', '.join(skewable)}")
+        path = spec.env.get(CLOCK_ENV)
+        if not path:
+            raise UnknownTarget(f"{component!r} reads no clock offset ({CLOCK_ENV} is not in its "
+                                "environment): restart the environment")
+        return Path(path)
+
+    def skew_clock(self, target: str, seconds: float) -> dict[str, Any]:
+        """Step the wall clock of one agent or of the reconciler ``seconds`` away from the true
+        time (forward > 0, backward < 0), as an NTP step or a resumed VM would: the process's
+        every wall-clock reading (controlplane/clock.py) is off by that much from now on, its
+        monotonic clock is not. A second call with another offset is a new jump (the previous
+        skew ends on the timeline, the new one starts); with the same offset it is a no-op."""
+        component, pg_only = self.resolve(target)
+        if pg_only:
+            raise UnknownTarget("skew_clock applies to agents and the reconciler")
+        seconds = float(seconds)
+        if seconds == 0:
+            raise EnvError("skew_clock needs a non-zero offset; restore_clock puts the clock back")
+        path = self._clock_file(component)
+        current = self.active().get(f"clock_skew:{component}")
+        if current and current["details"].get("offset_seconds") == seconds:
+            return {"target": component, "offset_seconds": seconds, "already": True}
+        if current:
+            self.end("clock_skew", component, {"offset_seconds": seconds, "jumped": True})
+        line = self.begin("clock_skew", component, {"offset_seconds": seconds,
+                                                    "alias": target})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"offset_seconds": seconds}))
+        tmp.replace(path)  # atomic: a reader sees the old offset or the new one
+        # in effect once the process has looked at the file again
+        time.sleep(2 * CLOCK_RECHECK_SECONDS)
+        return {"target": component, "offset_seconds": seconds, "time": line["time"]}
+
+    def restore_clock(self, target: str) -> dict[str, Any]:
+        """Inverse of skew_clock: the process reads the true time again. Idempotent."""
+        component, _ = self.resolve(target)
+        self._clock_file(component).unlink(missing_ok=True)
+        time.sleep(2 * CLOCK_RECHECK_SECONDS)
+        line = self.end("clock_skew", component, {"offset_seconds": 0.0})
+        return {"target": component, "time": line["time"] if line else None}
+
     # -- capacity ---------------------------------------------------------------------------
     def _pool_agents(self, pool: str) -> list[str]:
         members = [a.name for a in self.env.agents if a.pool == pool]
@@ -365,6 +419,9 @@ class FaultInjector:
                     self._route(route, "pass")
                 except EnvError:
                     pass  # the proxy is going away with the environment anyway
+            if fault["fault"] == "clock_skew" and fault["target"] in self.env.components:
+                # the offset file outlives the processes: a later `up` must start on true time
+                self._clock_file(fault["target"]).unlink(missing_ok=True)
             if fault["fault"] == "hang":
                 component = fault["target"].split("/")[0]
                 if component in self.env.components:
@@ -401,6 +458,8 @@ class FaultInjector:
                 self.heal_database(target)
             elif kind == "withdraw_pool":
                 self.restore_pool(target)
+            elif kind == "clock_skew":
+                self.restore_clock(target)
             else:
                 self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)

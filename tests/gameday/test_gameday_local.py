@@ -139,3 +139,46 @@ def test_selftest_catches_every_seeded_defect_by_its_named_objective(clone: Fres
     assert {m["defect"] for m in matrix} == {c.defect for c in select((), "core")}, (
         r.stdout[-3000:] + r.stderr[-3000:])
     assert r.returncode == 0, r.stdout[-4000:]
+
+
+@pytest.mark.timeout(1200)
+def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: FreshClone) -> None:
+    """clock-skew is in the `full` suite only: its healthy run and its seeded defect
+    (`lease-from-agent-clock`) are proven here, on the module's environment."""
+    runs = clone.root / "clock-skew-runs"
+    r = clone.gameday("run", "--experiment", "clock-skew", "--runs-dir", str(runs), timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["exit_code"] == 0, verdict["reason"]
+    [e] = verdict["experiments"]
+    assert e["name"] == "clock-skew" and e["fault_source"] == "faults.jsonl"
+    assert e["recovery_seconds"] is not None and e["recovery_seconds"] <= e["rto_seconds"]
+    j = _journal(run_dir, "clock-skew")
+    assert j["status"] == "completed" and not j["deviated"]
+    assert all(p["tolerance_met"] for p in j["steady_states"]["after"]["probes"])
+    # the skews really were jumps of both clocks, forward and backward, recorded with start/end
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    skews = [f for f in faults if f["fault"] == "clock_skew"]
+    starts = {(f["target"], f["details"]["offset_seconds"]) for f in skews
+              if f["event"] == "fault_start"}
+    assert starts == {("cpu-1", -30.0), ("cpu-1", 30.0), ("reconciler", 30.0),
+                      ("reconciler", -30.0)}
+    assert sum(f["event"] == "fault_end" for f in skews) == 4  # restore_all undid the last ones
+    checks = {c["id"]: c for c in verdict["checks"]}
+    for name in ("lease-granted-once", "fencing"):
+        c = checks[f"clock-skew.invariant.{name}"]
+        assert c["status"] == "pass" and c["measured"] == 0, c
+    # the agent's claims carried its skewed clock (the probe's evidence, in the store snapshot)
+    claims = [json.loads(x) for x in (run_dir / "snapshot" / "events.jsonl").read_text()
+              .splitlines() if x and json.loads(x)["kind"] == "claimed"]
+    offsets = [c["data"].get("agent_clock_offset") for c in claims]
+    assert any(o is not None and abs(o) >= 25 for o in offsets), offsets
+
+    caught = clone.gameday("selftest", "--defect", "lease-from-agent-clock", "--runs-dir",
+                           str(runs), timeout=900)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    matrix = json.loads((selftest / "selftest.json").read_text())
+    assert [m["defect"] for m in matrix] == ["lease-from-agent-clock"], matrix
+    assert matrix[0]["caught"], json.dumps(matrix, indent=1) + caught.stdout[-3000:]
+    assert caught.returncode == 0, caught.stdout[-4000:] + caught.stderr[-2000:]

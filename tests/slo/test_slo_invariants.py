@@ -19,7 +19,13 @@ from slo.evidence import (
     PromSeries,
     RequestRecord,
 )
-from slo.invariants import bounded_retries, eligible_placement, fencing, served_after_detection
+from slo.invariants import (
+    bounded_retries,
+    eligible_placement,
+    fencing,
+    lease_granted_once,
+    served_after_detection,
+)
 
 T0 = datetime(2025, 1, 6, 10, 0, tzinfo=UTC)
 START, END = T0.timestamp(), T0.timestamp() + 300
@@ -210,3 +216,78 @@ def test_served_after_detection_catches_a_replica_still_in_rotation() -> None:
 def test_served_after_detection_without_requests_or_fault_is_no_data() -> None:
     assert served_after_detection([_req(20)], PARTITION, START, END, 5.0).no_data
     assert served_after_detection([_req(40)], [], START, END, 5.0).no_data
+
+
+# --------------------------------------------------------------------------- lease-granted-once
+
+
+def _claim(n: int, seconds: float, attempt: str, lease: Any = 5.0, op: str = "op-1") -> Event:
+    data = {"fencing_token": n} if lease is None else {"fencing_token": n, "lease_seconds": lease}
+    return Event(id=n, operation_id=op, attempt_id=attempt, time=_at(seconds), kind="claimed",
+                 actor="agent:3f2a", data=data)
+
+
+def _moved(n: int, seconds: float, attempt: str, to: str, actor: str) -> Event:
+    return Event(id=n, operation_id="op-1", attempt_id=attempt, time=_at(seconds),
+                 kind="transition", actor=actor, to_state=to)
+
+
+def test_lease_granted_once_holds_when_the_next_grant_waits_for_the_lease() -> None:
+    # the holder went silent: its lease expired after 5 s and the work was granted again later
+    events = [_claim(1, 10, "att-1"), _event(2, 16, "lease_expired", actor="reconciler"),
+              _claim(3, 18, "att-2")]
+    result = lease_granted_once(events, START, END)
+    assert result.judged == 2 and result.violations == () and result.no_data is None
+
+
+def test_lease_granted_once_holds_when_the_holder_ended_its_lease_early() -> None:
+    # a transient failure reported by the holder ends its lease at once: a quick retry is fine
+    events = [_claim(1, 10, "att-1"), _moved(2, 11, "att-1", "retrying", "agent:cpu-1"),
+              _claim(3, 12, "att-2")]
+    assert lease_granted_once(events, START, END).violations == ()
+
+
+def test_lease_granted_once_catches_a_second_grant_inside_the_first_lease() -> None:
+    # the lease was taken away 0.5 s after it was granted for 5 s (a clock that lied) and
+    # the work granted again while its first holder still held it
+    events = [_claim(1, 10, "att-1"), _event(2, 10.5, "lease_expired", actor="reconciler"),
+              _moved(3, 10.5, "att-1", "retrying", "reconciler"), _claim(4, 12, "att-2")]
+    result = lease_granted_once(events, START, END)
+    assert result.judged == 2 and len(result.violations) == 1
+    assert "att-2 granted at 10:00:12" in result.violations[0]
+    assert "att-1, granted at 10:00:10 for 5s" in result.violations[0]
+    assert "3.0s left" in result.violations[0]
+
+
+def test_lease_granted_once_a_stale_holders_refused_report_does_not_end_its_lease() -> None:
+    events = [_claim(1, 10, "att-1"), _event(2, 11, "stale_report_refused", actor="agent:cpu-1"),
+              _claim(3, 12, "att-2")]
+    assert len(lease_granted_once(events, START, END).violations) == 1
+
+
+def test_lease_granted_once_allows_the_database_clock_tolerance() -> None:
+    edge = [_claim(1, 10, "att-1"), _claim(2, 14.9, "att-2")]
+    assert lease_granted_once(edge, START, END).violations == ()
+    assert len(lease_granted_once(edge, START, END, tolerance=0.0).violations) == 1
+
+
+def test_lease_granted_once_judges_each_operation_on_its_own() -> None:
+    events = [_claim(1, 10, "att-1", op="op-1"), _claim(2, 11, "att-9", op="op-2")]
+    result = lease_granted_once(events, START, END)
+    assert result.judged == 2 and result.violations == ()
+
+
+def test_lease_granted_once_without_grants_in_the_window_is_no_data() -> None:
+    result = lease_granted_once([_claim(1, 10, "att-1")], START + 60, END)
+    assert result.judged == 0 and result.no_data and "no lease granted" in result.no_data
+    assert lease_granted_once([], START, END).no_data is not None
+
+
+def test_lease_granted_once_missing_lease_seconds_is_no_data_never_a_pass() -> None:
+    # the earlier grant does not say how long it was for: the overlap cannot be measured
+    for lease in (None, "5", 0, True):
+        events = [_claim(1, 10, "att-1", lease=lease), _claim(2, 30, "att-2")]
+        result = lease_granted_once(events, START, END)
+        assert result.no_data is not None and "att-1" in result.no_data, lease
+    # a first grant needs nothing from before it
+    assert lease_granted_once([_claim(1, 10, "att-1", lease=None)], START, END).no_data is None
