@@ -25,7 +25,6 @@ import yaml
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from infra.config import PROJECT, PROJECT_ROOT
 
@@ -238,7 +237,8 @@ def run_stack(stack: str, config: dict[str, Any], mocks: OfflineMocks,
             pulumi.Output.all(**outputs).apply(exports.update)
 
     try:
-        _sync_await(run_pulumi_func(program))
+        # the loop set above is fresh and not running: what pulumi's own test helper does then
+        asyncio.get_event_loop().run_until_complete(run_pulumi_func(program))
     except BaseException:
         _drain()
         raise
