@@ -28,6 +28,7 @@ KNOWN: dict[str, str] = {
     "readyz-lies": "/readyz answers 200 while the database is unreachable",
     "leases-never-expire": "expired leases are never noticed, so their work never moves",
     "blocked-never-drain": "blocked work is never routed again when capacity returns",
+    "token-cached-forever": "the agent keeps its first token forever: rotation breaks it",
 }
 
 
@@ -43,6 +44,7 @@ WHERE: dict[str, frozenset[str]] = {
     "readyz-lies": frozenset({"api"}),
     "leases-never-expire": frozenset({"reconciler"}),
     "blocked-never-drain": frozenset({"reconciler"}),
+    "token-cached-forever": frozenset({"agent"}),
 }
 
 

@@ -58,6 +58,10 @@ MATRIX: tuple[Case, ...] = (
     Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
          "ineligible-fallback-region.invariant.eligible-placement"),
 )
+MATRIX += (
+    Case("credential-rotation", "token-cached-forever", "credential-rotation",
+         "credential-rotation.invariant.leases-held"),
+)
 
 
 @dataclass

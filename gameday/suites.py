@@ -28,6 +28,8 @@ SUITES: dict[str, tuple[str, ...]] = {
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
+# credential rotation: full only (it replaces the environment's credentials for good)
+SUITES["full"] = (*SUITES["full"], "credential-rotation")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)
