@@ -177,7 +177,9 @@ def test_credential_rotation_passes_and_a_token_cached_forever_is_caught(
 
     r = clone.gameday("selftest", "--defect", "token-cached-forever", "--runs-dir", str(runs),
                       timeout=600)
-    matrix = json.loads((sorted(runs.glob("selftest-*"))[-1] / "selftest.json").read_text())
+    tests = list(runs.glob("selftest-*"))
+    assert len(tests) == 1, r.stdout[-4000:] + r.stderr[-3000:]
+    matrix = json.loads((tests[0] / "selftest.json").read_text())
     assert [(m["defect"], m["caught"]) for m in matrix] == [("token-cached-forever", True)], (
         json.dumps(matrix, indent=1) + r.stdout[-3000:])
     assert r.returncode == 0, r.stdout[-4000:]
