@@ -155,7 +155,11 @@ class LocalCredentials:
         old = self.retired()
         if not old:
             return {"revoked": [], "note": "nothing was rotated"}
-        ids = [token_id(old["agent_token"]), token_id(old["project_token"])]
+        current = self.env.info["secrets"]
+        # a rotation that failed half-way retired nothing yet: never revoke what is in use
+        in_use = {current["agent_token"], *current["project_tokens"].values()}
+        ids = [token_id(t) for t in (old["agent_token"], old["project_token"])
+               if t not in in_use]
         for i in ids:
             try:
                 self._controlplane("revoke", "--id", i)

@@ -37,3 +37,33 @@ def test_rewriting_a_secret_file_replaces_it_atomically(tmp_path: Path) -> None:
     assert path.stat().st_ino != before and path.read_text() == "agent-new-0123456789\n"
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["agent-token"]  # no temp file left
+
+
+class _FakeEnv:
+    """What LocalCredentials.revoke_retired uses of a LocalEnvironment; records the steps."""
+
+    def __init__(self, state: Path, agent: str, project: str) -> None:
+        self.state_dir = state
+        self.endpoints = {"dsn": "postgresql://controlplane@127.0.0.1:1/controlplane"}
+        self.info = {"secrets": {"agent_token": agent, "project_tokens": {"team-b": project}}}
+        self.steps: list[list[str]] = []
+
+    def run_step(self, name: str, argv: list[str], env_extra: dict[str, str]) -> None:
+        self.steps.append(argv[argv.index("token"):])
+
+
+def test_revoking_retires_only_tokens_no_longer_in_use(tmp_path: Path) -> None:
+    import json
+
+    from infra.local.credentials import LocalCredentials, token_id
+
+    env = _FakeEnv(tmp_path, "agent-new-0123456789", "user-new-0123456789")
+    creds = LocalCredentials(env)  # type: ignore[arg-type]
+    assert creds.revoke_retired() == {"revoked": [], "note": "nothing was rotated"}
+    creds.retired_file.parent.mkdir()
+    creds.retired_file.write_text(json.dumps({"agent_token": "agent-old-0123456789",
+                                              "project_token": "user-new-0123456789"}))
+    # the project's rotation never happened (its retired token is the current one): kept
+    assert creds.revoke_retired() == {"revoked": [token_id("agent-old-0123456789")]}
+    assert env.steps == [["token", "revoke", "--id", token_id("agent-old-0123456789")]]
+    assert all("agent-old" not in " ".join(s) for s in env.steps)  # ids in argv, never tokens
