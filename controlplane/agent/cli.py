@@ -102,9 +102,14 @@ def agent_cmd(api_url: str, token: str | None, token_file: Path | None, name: st
     if accelerator_count and not accelerator_type:
         raise click.BadParameter("--accelerator-count needs --accelerator-type",
                                  param_hint="--accelerator-count")
-    if (token is None) == (token_file is None):
-        raise click.UsageError("give exactly one of --token-file ($CONTROLPLANE_AGENT_TOKEN_FILE) "
+    if token is None and token_file is None:
+        raise click.UsageError("no agent token: give --token-file ($CONTROLPLANE_AGENT_TOKEN_FILE) "
                                "or --token ($CONTROLPLANE_AGENT_TOKEN)")
+    if token is not None and token_file is not None:
+        # the file wins: it is what rotation updates (a --token inherited from a shell is stale)
+        logging.getLogger(__name__).warning("both --token and --token-file given: using %s",
+                                            token_file)
+        token = None
     try:
         credential: str | TokenFile = TokenFile(token_file) if token_file else str(token)
     except ApiRejected as exc:

@@ -180,3 +180,15 @@ def test_seeded_defect_token_cached_forever_keeps_the_first_token(
     finally:
         monkeypatch.delenv(defects.ENV)
         defects.active.cache_clear()
+
+
+def test_the_agent_command_needs_a_token_and_checks_its_file_at_start(tmp_path: Path) -> None:
+    from controlplane.agent.cli import agent_cmd
+
+    base = ["--api", "http://127.0.0.1:9", "--name", "a", "--pool", "cpu", "--zone", "z",
+            "--region", "r", "--cpu-slots", "1"]
+    r = CliRunner().invoke(agent_cmd, base, env={"CONTROLPLANE_AGENT_TOKEN": "",
+                                                 "CONTROLPLANE_AGENT_TOKEN_FILE": ""})
+    assert r.exit_code == 2 and "no agent token" in r.output
+    r = CliRunner().invoke(agent_cmd, [*base, "--token-file", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "agent token file" in r.output and "--token-file" in r.output
