@@ -67,3 +67,56 @@ def test_revoking_retires_only_tokens_no_longer_in_use(tmp_path: Path) -> None:
     assert creds.revoke_retired() == {"revoked": [token_id("agent-old-0123456789")]}
     assert env.steps == [["token", "revoke", "--id", token_id("agent-old-0123456789")]]
     assert all("agent-old" not in " ".join(s) for s in env.steps)  # ids in argv, never tokens
+
+
+def test_the_refusal_proof_needs_every_replica_to_refuse_every_retired_token(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from infra.local.credentials import LocalCredentials
+
+    refused: set[str] = {"agent-old-0123456789", "user-old-0123456789"}
+
+    class Api(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            token = self.headers["Authorization"].removeprefix("Bearer ")
+            code = 401 if token in refused else 200
+            body = json.dumps({"detail": f"token of {token} was revoked" if code == 401 else ""})
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = _FakeEnv(tmp_path, "agent-new-0123456789", "user-new-0123456789")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        env.endpoints["api_replicas"] = {"api-1": url, "api-2": url}
+        creds = LocalCredentials(env)  # type: ignore[arg-type]
+        assert creds.refused(within=0.1) == {"refused": True, "note": "nothing was rotated"}
+        creds.retired_file.parent.mkdir()
+        creds.retired_file.write_text(json.dumps({
+            "agent_token": "agent-old-0123456789", "project_token": "user-old-0123456789",
+            "project": "team-b", "pg_app": "old-password"}))
+        monkeypatch.setattr(creds, "_old_password_refused",
+                            lambda pw: "refused: password authentication failed")
+        proof = creds.refused(within=0.1)
+        assert proof["refused"] is True and proof["agent@api-2"]["current"] == 200
+        assert "agent-old" not in json.dumps(proof)  # reasons, never the secret
+        refused.discard("user-old-0123456789")  # the old project token still works
+        proof = creds.refused(within=0.6)
+        assert proof["refused"] is False and proof["project@api-1"]["retired"].startswith("200")
+        refused.add("user-old-0123456789")
+        monkeypatch.setattr(creds, "_old_password_refused",
+                            lambda pw: "ACCEPTED: the old database password still logs in")
+        assert creds.refused(within=0.1)["refused"] is False
+    finally:
+        server.shutdown()
