@@ -36,6 +36,8 @@ __all__ = [
     "restore_pool",
     "restore_registry",
     "resume",
+    "revoke_retired_credentials",
+    "rotate_credentials",
     "send_late_reports",
     "skew_clock",
     "start",
@@ -61,6 +63,7 @@ FAULTS = (
     "partition_agent",
     "partition_agent_running",
     "partition_database",
+    "rotate_credentials",
     "send_late_reports",
     "skew_clock",
     "stop",
@@ -106,6 +109,30 @@ def stop(target: str, configuration: Configuration = None, secrets: Secrets = No
 def start(target: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
     ctx = _ctx(configuration)
     return ctx.driver.start(_target(ctx, target))
+
+
+def _credential_driver(ctx: Context) -> Any:
+    driver = ctx.driver
+    if not hasattr(driver, "rotate_credentials"):
+        raise ChaosError(f"the {driver.name} driver cannot rotate credentials (local "
+                         "environment only)")
+    return driver
+
+
+def rotate_credentials(project: str | None = None, configuration: Configuration = None,
+                       secrets: Secrets = None) -> dict:
+    """Replace the agent token, a project's token (default: the last project by name, not
+    the one the game day's load uses) and the database password while work runs; returns
+    once every new credential is in place (ids only, never a secret)."""
+    ctx = _ctx(configuration)
+    return _credential_driver(ctx).rotate_credentials(project)
+
+
+def revoke_retired_credentials(configuration: Configuration = None,
+                               secrets: Secrets = None) -> dict:
+    """Revoke the tokens the rotation retired (the old password died with ALTER ROLE)."""
+    ctx = _ctx(configuration)
+    return _credential_driver(ctx).revoke_retired_credentials()
 
 
 def crash_database_primary(writable_within: float = 30.0, configuration: Configuration = None,

@@ -21,6 +21,7 @@ __all__ = [
     "operations_blocked_with_reason",
     "operations_in_state",
     "resumed_with_identical_weights",
+    "retired_credentials_refused",
     "single_terminal_attempt",
     "stale_report_refused",
     "store_and_artifacts_reconciled",
@@ -156,6 +157,19 @@ def clock_skew_seen(tag: str, min_seconds: float, configuration: Configuration =
                for e in v.events if e["kind"] == "claimed"
                and isinstance((e.get("data") or {}).get("agent_clock_offset"), (int, float))]
     return {"seen": any(abs(o) >= min_seconds for o in offsets), "claim_offsets": offsets}
+
+
+def retired_credentials_refused(within: float = 15.0, configuration: Configuration = None,
+                                secrets: Secrets = None) -> dict:
+    """Every credential a rotation retired is refused (each API replica answers 401 to the
+    old agent and project tokens; the old database password fails to log in) and every
+    current one works. Before any rotation there is nothing to prove (vacuously true, like the
+    tag probes). ``within``: how long a replica may still trust a revoked token (its token
+    cache)."""
+    driver = _ctx(configuration).driver
+    if not hasattr(driver, "retired_credentials_refused"):
+        raise ChaosError(f"the {driver.name} driver cannot rotate credentials")
+    return driver.retired_credentials_refused(within)
 
 
 def attempts_bounded(tag: str, max_attempts: int, configuration: Configuration = None,

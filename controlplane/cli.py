@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -105,12 +106,17 @@ def seed(dsn: str | None, path: Path) -> None:
               help="Max database connections of this replica.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 16),
               help="Worker processes of this replica (one event loop each).")
+@click.option("--token-cache-seconds", default=30.0, show_default=True,
+              type=click.FloatRange(min=0),
+              help="How long a replica trusts a token it looked up: a revoked token stops "
+                   "working within this bound (an expired one exactly at its expiry).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--unsafe-ack-before-commit", is_flag=True, hidden=True,
               envvar="CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT",
               help="TEST ONLY: acknowledge submissions before committing them.")
 def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
-        pool_max: int, workers: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
+        pool_max: int, workers: int, token_cache_seconds: float, log_level: str,
+        unsafe_ack_before_commit: bool) -> None:
     """Run one API replica (uvicorn)."""
     import dataclasses
     import os
@@ -124,6 +130,7 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
     settings = Settings(dsn=resolve_dsn(dsn), lease_seconds=lease_seconds,
                         heartbeat_seconds=max(0.5, lease_seconds / 3),
                         retry_base_seconds=retry_base, pool_max=pool_max,
+                        token_cache_seconds=token_cache_seconds,
                         unsafe_ack_before_commit=unsafe_ack_before_commit)
     # worker processes rebuild the app from the environment (uvicorn imports a factory)
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
@@ -166,3 +173,91 @@ def reconciler(dsn: str | None, metrics_host: str, metrics_port: int, interval: 
     if metrics_port:
         health.serve(state, metrics_host, metrics_port)
     run(settings, state)
+
+
+@group.group()
+def token() -> None:
+    """Issue, list and revoke API tokens (each has an expiry; a revoked one is refused)."""
+
+
+def _parse_ttl(value: str) -> timedelta:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        seconds = float(value[:-1]) * units[value[-1]] if value[-1:] in units else float(value)
+    except (ValueError, IndexError):
+        raise click.BadParameter(f"{value!r}: expected e.g. 90s, 12h, 30d",
+                                 param_hint="--ttl") from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r}: must be positive", param_hint="--ttl")
+    return timedelta(seconds=seconds)
+
+
+@token.command("issue")
+@dsn_option
+@click.option("--role", type=click.Choice(["user", "agent", "admin"]), required=True,
+              help="user = a project's token (needs --project).")
+@click.option("--project", default=None, help="The project of a user token.")
+@click.option("--ttl", default="30d", show_default=True, help="Validity: 90s, 12h, 30d ...")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Write the token here (mode 0600, replaced atomically: a reader sees the "
+                   "old token or the new one, never half). It is never printed: stdout ends "
+                   "up in logs.")
+def token_issue(dsn: str | None, role: str, project: str | None, ttl: str, out: Path) -> None:
+    """Issue a new token; print its id and expiry (JSON), write the token to --out."""
+    import psycopg
+
+    from controlplane.store.auth import issue
+
+    with psycopg.connect(resolve_dsn(dsn)) as conn:
+        try:
+            value, row = issue(conn, role, project=project, ttl=_parse_ttl(ttl))
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    write_secret_file(out, value)
+    click.echo(json.dumps(row))
+
+
+@token.command("revoke")
+@dsn_option
+@click.option("--id", "token_id", default=None, help="The token's id (`token list`).")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Revoke the token held in this file.")
+def token_revoke(dsn: str | None, token_id: str | None, token_file: Path | None) -> None:
+    """Revoke a token now; every API replica refuses it within its --token-cache-seconds."""
+    import psycopg
+
+    from controlplane.store.auth import revoke
+
+    held = token_file.read_text().strip() if token_file else None
+    with psycopg.connect(resolve_dsn(dsn)) as conn:
+        try:
+            ids = revoke(conn, token_id_prefix=token_id, token=held)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if not ids:
+        raise click.ClickException(f"no valid token {'in ' + str(token_file) if token_file else token_id}"
+                                   " (unknown or already revoked)")
+    click.echo(json.dumps({"revoked": ids}))
+
+
+@token.command("list")
+@dsn_option
+def token_list(dsn: str | None) -> None:
+    """Every token: id, role, project, created, expires, revoked, status (never the token)."""
+    import psycopg
+
+    from controlplane.store.auth import list_tokens
+
+    with psycopg.connect(resolve_dsn(dsn)) as conn:
+        for row in list_tokens(conn):
+            click.echo(json.dumps(row))
+
+
+def write_secret_file(path: Path, value: str) -> None:
+    """Write ``value`` to ``path`` with mode 0600, atomically (rename over the old file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    os.replace(tmp, path)

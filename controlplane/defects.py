@@ -29,6 +29,7 @@ KNOWN: dict[str, str] = {
     "leases-never-expire": "expired leases are never noticed, so their work never moves",
     "blocked-never-drain": "blocked work is never routed again when capacity returns",
     "lease-from-agent-clock": "a lease is measured from the agent's own clock, not the database's",
+    "token-cached-forever": "the agent keeps its first token forever: rotation breaks it",
 }
 
 
@@ -45,6 +46,7 @@ WHERE: dict[str, frozenset[str]] = {
     "leases-never-expire": frozenset({"reconciler"}),
     "blocked-never-drain": frozenset({"reconciler"}),
     "lease-from-agent-clock": frozenset({"api"}),  # the API trusts the time agents send
+    "token-cached-forever": frozenset({"agent"}),
 }
 
 

@@ -61,6 +61,8 @@ MATRIX: tuple[Case, ...] = (
 MATRIX += (
     Case("clock-skew", "lease-from-agent-clock", "clock-skew",
          "clock-skew.invariant.lease-granted-once"),
+    Case("credential-rotation", "token-cached-forever", "credential-rotation",
+         "credential-rotation.invariant.leases-held"),
 )
 
 

@@ -19,7 +19,7 @@ EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
 # core: every failure class (docs/DESIGN.md section 3).
-# full: core + the slower rehearsals (restore from backup).
+# full: core + the slower rehearsals (restore from backup) and the classes beyond the core.
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
     "core": ("api-replica-loss", "db-primary-loss", "db-unreachable-from-api-replica",
@@ -27,8 +27,8 @@ SUITES: dict[str, tuple[str, ...]] = {
              "artifact-store-unavailable", "node-pool-exhausted", "registry-failure",
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
-SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
-SUITES["full"] += ("clock-skew",)
+# credential rotation replaces the environment's credentials for good: full only
+SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

@@ -53,6 +53,15 @@ class FaultDriver(Protocol):
     def restore_all(self) -> list[str]: ...  # undo every fault this driver knows is active
 
 
+class CredentialDriver(Protocol):
+    """A driver that can rotate the platform's credentials (local environment only so far)."""
+
+    def rotate_credentials(self, project: str | None = None) -> FaultResult: ...
+    def revoke_retired_credentials(self) -> FaultResult: ...
+    # {"refused": bool, per credential and replica: why}; polls up to ``within`` seconds
+    def retired_credentials_refused(self, within: float) -> dict[str, Any]: ...
+
+
 @runtime_checkable
 class Agent(Protocol):
     name: str

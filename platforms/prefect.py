@@ -67,6 +67,9 @@ NOT_APPLICABLE: dict[str, str] = {
     "ineligible-fallback-region": (
         "no region eligibility rules: a Prefect flow run is routed by work pool only, there is "
         "no region/dataset constraint that could be violated by a fallback"),
+    "credential-rotation": (
+        "rotates the reference control plane's agent/project tokens and its database role's "
+        "password; Prefect's API keys and database are not driven by this experiment"),
     "db-restore-from-backup": (
         "the restore order (infra/local/backup.py) stops and restarts the reference control "
         "plane's API, reconciler and agents and reconciles its operations table; Prefect's "

@@ -282,6 +282,29 @@ def served_after_detection(
     return InvariantResult("served-after-detection", judged, tuple(violations))
 
 
+def leases_held(
+    attempts: Iterable[Attempt], events: Iterable[Event], start: float, end: float
+) -> InvariantResult:
+    """No attempt that held a lease in the window lost it: no `lease_expired` event and no
+    attempt ending `lost` in [start, end]. For faults the platform must absorb without moving
+    any work (credential rotation): a lost lease there means an agent was locked out."""
+    held = [a for a in attempts if a.started_at is not None and ts(a.started_at) <= end
+            and (a.finished_at is None or ts(a.finished_at) >= start)]
+    if not held:
+        return InvariantResult("leases-held", 0,
+                               no_data="no attempt held a lease during the window")
+    violations = [f"attempt {e.attempt_id} of {e.operation_id}: lease expired at {_when(e)}"
+                  f" ({e.reason or 'no reason'})"
+                  for e in sorted(events, key=_order)
+                  if e.kind == "lease_expired" and start <= ts(e.time) <= end]
+    seen = {v.split()[1] for v in violations}
+    violations += [f"attempt {a.id} of {a.operation_id}: ended lost at "
+                   f"{a.finished_at.strftime('%H:%M:%S')}" for a in held
+                   if a.state == "lost" and a.id not in seen and a.finished_at is not None
+                   and start <= ts(a.finished_at) <= end]
+    return InvariantResult("leases-held", len(held), tuple(violations))
+
+
 # (evidence, window start, window end, detection grace in seconds) -> result
 Judge = Callable[[Evidence, float, float, float], InvariantResult]
 INVARIANTS: dict[str, Judge] = {
@@ -292,6 +315,7 @@ INVARIANTS: dict[str, Judge] = {
     "served-after-detection": lambda ev, lo, hi, grace: served_after_detection(
         ev.requests, ev.faults, lo, hi, grace),
     "lease-granted-once": lambda ev, lo, hi, _: lease_granted_once(ev.events, lo, hi),
+    "leases-held": lambda ev, lo, hi, _: leases_held(ev.attempts, ev.events, lo, hi),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
 

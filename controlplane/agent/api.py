@@ -7,12 +7,17 @@ HTTP failures become three domain errors at this one boundary:
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from controlplane import clock
+from controlplane import clock, defects
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -48,17 +53,59 @@ class AttemptHeartbeat:
     lease_expires_at: str | None
 
 
+class TokenFile:
+    """The agent's token, read from a file that credential rotation replaces (atomically: a
+    rename). Re-read whenever the file changed (one stat per request: cheaper than a round
+    trip) and on demand after a 401, so a rotated token is picked up by the next request and
+    the old one can be revoked without the agent losing a lease. A token kept in memory
+    forever would fail every call from the moment the old one is revoked."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._token = ""
+        self.get()  # a missing or empty file fails at start, not at the first request
+
+    def get(self) -> str:
+        with self._lock:
+            if self._token and defects.enabled("token-cached-forever"):
+                return self._token  # seeded defect: the first token, forever
+            try:
+                st = self.path.stat()
+            except OSError as exc:
+                if self._token:  # mid-rotation or unmounted for a moment: keep the last one
+                    return self._token
+                raise ApiRejected(f"agent token file {self.path}: {exc}", 401) from exc
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                value = self.path.read_text().strip()
+                if not value:
+                    if self._token:
+                        return self._token
+                    raise ApiRejected(f"agent token file {self.path} is empty", 401)
+                if self._token and value != self._token:
+                    log.info("agent token file %s changed: using the rotated token", self.path)
+                self._token, self._stamp = value, stamp
+            return self._token
+
+
 class AgentApi:
-    def __init__(self, base_url: str, token: str, *, agent_name: str = "unknown",
+    def __init__(self, base_url: str, token: str | TokenFile, *, agent_name: str = "unknown",
                  timeout: float = 3.0, transport: httpx.BaseTransport | None = None) -> None:
+        # a fixed string (--token / $CONTROLPLANE_AGENT_TOKEN) or a file re-read on change
+        self._token = token
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             # X-Agent-Name: the API records it as the actor of our events and stale reports.
-            headers={"Authorization": f"Bearer {token}", "X-Agent-Name": agent_name},
+            headers={"X-Agent-Name": agent_name},
             # Short timeouts: a hung API must not hold heartbeats of other attempts hostage.
             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
             transport=transport,
         )
+
+    def _bearer(self) -> str:
+        return self._token if isinstance(self._token, str) else self._token.get()
 
     def close(self) -> None:
         self._http.close()
@@ -71,8 +118,14 @@ class AgentApi:
             base = self._http.timeout
             timeout = httpx.Timeout(connect=base.connect, read=(base.read or 0) + extra_seconds,
                                     write=base.write, pool=base.pool)
+        sent = self._bearer()
         try:
-            response = self._http.post(path, json=body, params=params, timeout=timeout)
+            response = self._http.post(path, json=body, params=params, timeout=timeout,
+                                       headers={"Authorization": f"Bearer {sent}"})
+            if response.status_code == 401 and self._bearer() != sent:
+                # rotated between reading the token and the answer: once more with the new one
+                response = self._http.post(path, json=body, params=params, timeout=timeout,
+                                           headers={"Authorization": f"Bearer {self._bearer()}"})
         except httpx.TransportError as exc:
             raise ApiUnavailable(f"POST {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code == 409:

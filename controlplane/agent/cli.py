@@ -14,7 +14,7 @@ from types import FrameType
 import click
 
 from controlplane import storage
-from controlplane.agent.api import AgentApi
+from controlplane.agent.api import AgentApi, ApiRejected, TokenFile
 from controlplane.agent.attempt import RunnerSettings
 from controlplane.agent.capacity import Capacity
 from controlplane.agent.loop import Agent, AgentIdentity, LoopSettings
@@ -46,8 +46,13 @@ def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runt
 @click.command("agent", context_settings={"show_default": True})
 @click.option("--api", "api_url", required=True, envvar="CONTROLPLANE_API_URL",
               help="Control-plane API base URL.")
-@click.option("--token", required=True, envvar="CONTROLPLANE_AGENT_TOKEN",
-              help="Agent bearer token (prefer the env var: argv is visible in ps).")
+@click.option("--token", default=None, envvar="CONTROLPLANE_AGENT_TOKEN",
+              help="Agent bearer token (prefer the env var: argv is visible in ps). Fixed for "
+                   "the process's life: use --token-file where tokens are rotated.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="CONTROLPLANE_AGENT_TOKEN_FILE",
+              help="File holding the agent token, re-read when it changes (credential "
+                   "rotation replaces it; the next request uses the new token).")
 @click.option("--name", required=True, help="Stable agent name (re-registering keeps its id).")
 @click.option("--pool", required=True, help="Node pool, e.g. system, cpu, gpu.")
 @click.option("--zone", required=True)
@@ -84,7 +89,7 @@ def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runt
               help="Seconds after which an undelivered leftover segment is given up (counted, "
               "reason expired).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO")
-def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region: str,
+def agent_cmd(api_url: str, token: str | None, token_file: Path | None, name: str, pool: str, zone: str, region: str,
               cpu_slots: int, accelerator_type: str | None, accelerator_count: int,
               datasets: tuple[str, ...], registries: tuple[str, ...], runtime: str,
               s3_endpoint: str | None, bucket: str, metrics_port: int | None, metrics_host: str,
@@ -97,6 +102,18 @@ def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region:
     if accelerator_count and not accelerator_type:
         raise click.BadParameter("--accelerator-count needs --accelerator-type",
                                  param_hint="--accelerator-count")
+    if token is None and token_file is None:
+        raise click.UsageError("no agent token: give --token-file ($CONTROLPLANE_AGENT_TOKEN_FILE) "
+                               "or --token ($CONTROLPLANE_AGENT_TOKEN)")
+    if token is not None and token_file is not None:
+        # the file wins: it is what rotation updates (a --token inherited from a shell is stale)
+        logging.getLogger(__name__).warning("both --token and --token-file given: using %s",
+                                            token_file)
+        token = None
+    try:
+        credential: str | TokenFile = TokenFile(token_file) if token_file else str(token)
+    except ApiRejected as exc:
+        raise click.BadParameter(str(exc), param_hint="--token-file") from exc
     metrics = AgentMetrics()
     spool_dir = spool_dir or default_spool_dir(name, api_url)
     try:
@@ -128,7 +145,7 @@ def agent_cmd(api_url: str, token: str, name: str, pool: str, zone: str, region:
 
     agent = Agent(
         identity=AgentIdentity(name, pool, zone, region, datasets, registries),
-        api=AgentApi(api_url, token, agent_name=name),
+        api=AgentApi(api_url, credential, agent_name=name),
         runtime=_runtime(runtime, pool, k8s_namespace, k8s_service_account),
         capacity=Capacity(cpu_slots, accelerator_type, accelerator_count),
         runner_settings=RunnerSettings(s3_endpoint=s3_endpoint, bucket=bucket, registries=registries,

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated
 
 import psycopg
@@ -49,9 +50,16 @@ class TokenCache:
         return None
 
     def put(self, token: str, principal: auth_store.Principal) -> None:
+        """Keep it ``ttl`` seconds, never past the token's expiry: an expired token is refused
+        on time whatever the cache holds. Revocation takes effect within ``ttl``
+        (``--token-cache-seconds``), the price of one round trip less per request."""
         if len(self._items) > 10_000:
             self._items.clear()
-        self._items[token] = (time.monotonic() + self.ttl, principal)
+        keep = self.ttl
+        if principal.expires_at is not None:
+            keep = min(keep, (principal.expires_at - datetime.now(UTC)).total_seconds())
+        if keep > 0:
+            self._items[token] = (time.monotonic() + keep, principal)
 
 
 # async, like every dependency here: FastAPI runs a plain `def` dependency in a worker thread,
@@ -90,10 +98,12 @@ async def principal(request: Request,
     tokens: TokenCache = request.app.state.tokens
     p = tokens.get(token)
     if p is None:
-        async with db.connection(request.app.state.pool) as c:
-            p = await auth_store.lookup(c, token)
-        if p is None:
-            raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"})
+        try:
+            async with db.connection(request.app.state.pool) as c:
+                p = await auth_store.lookup(c, token)
+        except auth_store.TokenRefused as exc:
+            # unknown, expired or revoked, and since when: the holder knows what to do next
+            raise HTTPException(401, str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
         tokens.put(token, p)
     return p
 

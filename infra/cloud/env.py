@@ -51,6 +51,9 @@ NOT_APPLICABLE = {
     "db-unreachable-from-api-replica": "needs one API replica cut off from the database "
                                        "while the other keeps it: the cloud drivers cannot "
                                        "isolate one pod from RDS yet (local only)",
+    "credential-rotation": "rotates the local environment's token files and database "
+                           "password; a stack's secrets live in its secret store (not driven "
+                           "yet: local only)",
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",

@@ -172,7 +172,10 @@ class DatabaseBackups:
         say("3/4 migrate the schema to head")
         from controlplane.db import migrate
 
-        dsn = app_dsn(self.env.info["ports"], self.env.db.secrets())
+        # the restored role has the password of the backup's time: set the current one (it
+        # may have been rotated since; infra/local/credentials.py)
+        self.env.db.setup_app_database()
+        dsn = app_dsn(self.env.info["ports"], self.env.state_dir)
         head = migrate(dsn)
         say("4/4 advance the fencing sequence past every token issued after the restore point")
         fencing = self._advance_fencing(dsn)

@@ -121,9 +121,55 @@ def gameday_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "gameday.cli", *args]
 
 
-def app_dsn(ports: dict[str, int], secrets: Secrets, port: str = "haproxy_pg") -> str:
-    return (f"postgresql://{APP_USER}:{secrets.pg_app}@127.0.0.1:{ports[port]}/{APP_DB}"
-            "?connect_timeout=3&application_name=gameday")
+def secrets_dir(state: Path) -> Path:
+    return state / "secrets"
+
+
+def pgpass_file(state: Path) -> Path:
+    """The app role's password, in libpq's password-file format."""
+    return secrets_dir(state) / "pgpass"
+
+
+def agent_token_file(state: Path) -> Path:
+    return secrets_dir(state) / "agent-token"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Mode 0600, replaced atomically: a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_pgpass(state: Path, password: str) -> None:
+    # any host/port/database: the DSNs reach the same role through HAProxy or a proxy route
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    write_private(pgpass_file(state), f"*:*:*:{APP_USER}:{escaped}\n")
+
+
+def write_agent_token(state: Path, token: str) -> None:
+    write_private(agent_token_file(state), token + "\n")
+
+
+def write_secret_files(state: Path, secrets: Secrets) -> None:
+    """The files the control plane's processes read their credentials from, so rotating one
+    means replacing a file (infra/local/credentials.py), never re-launching with a new argv or
+    environment."""
+    write_pgpass(state, secrets.pg_app)
+    write_agent_token(state, secrets.agent_token)
+
+
+def app_dsn(ports: dict[str, int], state: Path, port: str = "haproxy_pg") -> str:
+    """The app role's DSN: no password in it, libpq reads it from the password file at every
+    connection attempt. So after a password rotation (ALTER ROLE + a new file) every new
+    connection of a pool uses the new password, with no restart; sessions already open stay
+    authenticated (PostgreSQL checks the password at login only)."""
+    return (f"postgresql://{APP_USER}@127.0.0.1:{ports[port]}/{APP_DB}"
+            f"?passfile={pgpass_file(state)}&connect_timeout=3&application_name=gameday")
 
 
 def superuser_dsn(port: int, secrets: Secrets, db: str = "postgres") -> str:
@@ -439,18 +485,20 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
     ))
 
     if controlplane:
-        dsn = app_dsn(ports, secrets)
+        write_secret_files(state, secrets)
+        dsn = app_dsn(ports, state)
         # Secrets go through the environment, not argv (argv is visible in ps).
         cp_env = {"CONTROLPLANE_DSN": dsn, "PYTHONUNBUFFERED": "1"}
         for i in range(1, API_REPLICAS + 1):
             port = ports[f"api{i}"]
             # through the replica's own proxy route to HAProxy's pg frontend, so one replica
             # can lose its database while the other keeps it (partition_database)
-            api_env = {**cp_env, "CONTROLPLANE_DSN": app_dsn(ports, secrets, f"proxy_db_api{i}")}
+            api_env = {**cp_env, "CONTROLPLANE_DSN": app_dsn(ports, state, f"proxy_db_api{i}")}
             specs.append(ComponentSpec(
                 name=f"api-{i}", kind="api", group=Group.CONTROLPLANE,
                 argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port),
-                                  "--lease-seconds", str(LEASE_SECONDS)),
+                                  "--lease-seconds", str(LEASE_SECONDS),
+                                  "--token-cache-seconds", str(TOKEN_CACHE_SECONDS)),
                 health=HealthCheck(f"http://127.0.0.1:{port}/readyz"),
                 ports={"http": port, "db_route": ports[f"proxy_db_api{i}"]}, env=api_env,
             ))
@@ -472,6 +520,8 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
 
 # Short leases keep local game days short: a lost agent's work moves within ~2 leases.
 LEASE_SECONDS = 5.0
+# A revoked token stops working within this (the credential-rotation game day waits for it).
+TOKEN_CACHE_SECONDS = 5.0
 
 
 def clock_offset_file(state: Path, component: str) -> Path:
@@ -506,7 +556,8 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
         ports={"metrics": metrics, "api_route": ports[f"proxy_agent_{agent.name}"]},
         env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
-             "CONTROLPLANE_AGENT_TOKEN": secrets.agent_token,
+             # a file, re-read when it changes: credential rotation replaces it
+             "CONTROLPLANE_AGENT_TOKEN_FILE": str(agent_token_file(state)),
              CLOCK_ENV: str(clock_offset_file(state, agent.name))},
         labels={"pool": agent.pool, "zone": agent.zone, "region": agent.region},
     )

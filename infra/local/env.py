@@ -145,6 +145,10 @@ class LocalEnvironment:
         self.info["components"] = {n: c.to_json() for n, c in self.components.items()}
         self.state.write(self.info)
 
+    def save_info(self) -> None:
+        """Write env.json after a change of ``info`` (e.g. rotated secrets)."""
+        self._write_info()
+
     @classmethod
     def load(cls, name: str = "local", home: Path | None = None) -> LocalEnvironment:
         env = cls(name, home)
@@ -316,7 +320,7 @@ class LocalEnvironment:
         """The end of a component's log (for error messages)."""
         return tail(self.log_file(component), lines)
 
-    def _run_step(self, name: str, argv: list[str], timeout: float = 60.0,
+    def run_step(self, name: str, argv: list[str], timeout: float = 60.0,
                   env_extra: dict[str, str] | None = None) -> None:
         """Run one setup command; secrets go in ``env_extra`` (never argv: it is visible in
         `ps` and written to the step's log)."""
@@ -437,7 +441,7 @@ class LocalEnvironment:
         endpoints: dict[str, Any] = {
             "api": f"http://127.0.0.1:{ports['haproxy_api']}",
             "api_replicas": {f"api-{i}": f"http://127.0.0.1:{ports[f'api{i}']}" for i in (1, 2)},
-            "dsn": app_dsn(ports, secrets),
+            "dsn": app_dsn(ports, self.state_dir),
             "admin_dsn": superuser_dsn(ports["haproxy_pg"], secrets),
             "s3": f"http://127.0.0.1:{ports['proxy_s3']}",
             "s3_direct": f"http://127.0.0.1:{ports['moto']}",
@@ -528,7 +532,7 @@ class LocalEnvironment:
         from infra.local.components import gameday_argv
 
         dsn_env = {DSN_ENV: self.endpoints["dsn"]}
-        self._run_step("migrate", gameday_argv("controlplane", "migrate"), env_extra=dsn_env)
+        self.run_step("migrate", gameday_argv("controlplane", "migrate"), env_extra=dsn_env)
         say("schema migrated")
         secrets = self.db.secrets()
         seed = {
@@ -542,7 +546,7 @@ class LocalEnvironment:
         seed_file = self.state_dir / "seed.yaml"
         seed_file.write_text(yaml.safe_dump(seed, sort_keys=False))
         os.chmod(seed_file, 0o600)
-        self._run_step("seed", gameday_argv("controlplane", "seed", "--file", str(seed_file)),
+        self.run_step("seed", gameday_argv("controlplane", "seed", "--file", str(seed_file)),
                        env_extra=dsn_env)
         say("projects, tokens and queues seeded")
         names = [n for n, s in self.components.items() if s.group in (Group.CONTROLPLANE, Group.AGENT)]

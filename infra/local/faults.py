@@ -404,6 +404,32 @@ class FaultInjector:
         line = self.end("withdraw_pool", pool, {"agents": members})
         return {"target": pool, "agents": members, "time": line["time"] if line else None}
 
+    # -- credentials (infra/local/credentials.py) -----------------------------------------
+    def rotate_credentials(self, project: str | None = None) -> dict[str, Any]:
+        """Agent token, a project's token and the database password replaced while work
+        runs; on the timeline from now until the old ones are revoked."""
+        from infra.local.credentials import LocalCredentials
+
+        if self.is_active("credential_rotation", "controlplane"):
+            return {"target": "controlplane", "note": "a rotation is already in progress"}
+        self.begin("credential_rotation", "controlplane", {"project": project})
+        steps = LocalCredentials(self.env).rotate(project)
+        self.timeline.record("note", "credentials_rotated", "controlplane", steps)
+        return {"target": "controlplane", **steps}
+
+    def revoke_retired_credentials(self) -> dict[str, Any]:
+        """Revoke the tokens a rotation retired; ends the rotation on the timeline."""
+        from infra.local.credentials import LocalCredentials
+
+        out = LocalCredentials(self.env).revoke_retired()
+        line = self.end("credential_rotation", "controlplane", out)
+        return {"target": "controlplane", **out, "time": line["time"] if line else None}
+
+    def retired_credentials_refused(self, within: float) -> dict[str, Any]:
+        from infra.local.credentials import LocalCredentials
+
+        return LocalCredentials(self.env).refused(within)
+
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:
         """Record the end of every active fault and revert the ones that outlive processes,
@@ -460,6 +486,9 @@ class FaultInjector:
                 self.restore_pool(target)
             elif kind == "clock_skew":
                 self.restore_clock(target)
+            elif kind == "credential_rotation":
+                # forward only: the new credentials are in place, finish by revoking the old
+                self.revoke_retired_credentials()
             else:
                 self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)

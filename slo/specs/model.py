@@ -23,6 +23,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "ineligible-fallback-region",
     "telemetry-loss",
     "clock-skew",
+    "credential-rotation",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -182,3 +182,47 @@ def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: Fresh
     assert [m["defect"] for m in matrix] == ["lease-from-agent-clock"], matrix
     assert matrix[0]["caught"], json.dumps(matrix, indent=1) + caught.stdout[-3000:]
     assert caught.returncode == 0, caught.stdout[-4000:] + caught.stderr[-2000:]
+
+
+@pytest.mark.timeout(900)
+def test_credential_rotation_passes_and_a_token_cached_forever_is_caught(
+        clone: FreshClone) -> None:
+    """Issue 17 item 5: agent token, project token and database password rotated under load,
+    no failed acknowledged submission, no lost lease, the old ones refused; and an agent that
+    keeps its first token forever is caught by `leases-held`."""
+    runs = clone.path / "runs-credrot"
+    r = clone.gameday("run", "--experiment", "credential-rotation", "--runs-dir", str(runs),
+                      timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    (e,) = verdict["experiments"]
+    assert e["name"] == "credential-rotation" and e["recovery_seconds"] is not None, e
+    checks = {c["id"]: c for c in verdict["checks"] if c["experiment"] == "credential-rotation"}
+    assert checks["credential-rotation.invariant.leases-held"]["status"] == "pass", checks
+    assert checks["credential-rotation.rpo.acknowledged_submissions"]["status"] == "pass", checks
+    j = _journal(run_dir, "credential-rotation")
+    assert j["status"] == "completed" and not j["deviated"], j["status"]
+    after = {p["activity"]["name"]: p["output"] for p in j["steady_states"]["after"]["probes"]}
+    proof = after["retired-credentials-refused"]
+    assert proof["refused"] is True and proof["db_password"].startswith("refused"), proof
+    assert all(v["retired"].startswith("401") for k, v in proof.items() if "@" in k), proof
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    assert [f["event"] for f in faults if f["fault"] == "credential_rotation"] == [
+        "fault_start", "fault_end"]
+    # neither the current secrets nor the retired ones in any log, evidence file or report
+    state = clone.path / ".gameday" / "envs" / "local"
+    secrets = env_secrets(state)
+    retired = json.loads((state / "secrets" / "retired.json").read_text())
+    secrets.update({f"retired.{k}": v for k, v in retired.items()
+                    if k in ("agent_token", "pg_app", "project_token")})
+    assert leaked_secrets([state / "logs", run_dir], secrets) == []
+
+    r = clone.gameday("selftest", "--defect", "token-cached-forever", "--runs-dir", str(runs),
+                      timeout=600)
+    tests = list(runs.glob("selftest-*"))
+    assert len(tests) == 1, r.stdout[-4000:] + r.stderr[-3000:]
+    matrix = json.loads((tests[0] / "selftest.json").read_text())
+    assert [(m["defect"], m["caught"]) for m in matrix] == [("token-cached-forever", True)], (
+        json.dumps(matrix, indent=1) + r.stdout[-3000:])
+    assert r.returncode == 0, r.stdout[-4000:]

@@ -291,3 +291,41 @@ def test_lease_granted_once_missing_lease_seconds_is_no_data_never_a_pass() -> N
         assert result.no_data is not None and "att-1" in result.no_data, lease
     # a first grant needs nothing from before it
     assert lease_granted_once([_claim(1, 10, "att-1", lease=None)], START, END).no_data is None
+
+
+# --------------------------------------------------------------------------- leases-held
+
+def _held(aid: str, state: str, started: float, finished: float | None) -> Attempt:
+    return Attempt(id=aid, operation_id="op-1", number=1, state=state, created_at=_at(started),
+                   started_at=_at(started), finished_at=_at(finished) if finished else None,
+                   agent_name="agent-a")
+
+
+def test_leases_held_passes_when_no_lease_was_lost_in_the_window() -> None:
+    from slo.invariants import leases_held
+
+    attempts = [_held("a1", "succeeded", 5, 60), _held("a2", "running", 20, None)]
+    r = leases_held(attempts, [_event(1, 30, "attempt_heartbeat")], START, END)
+    assert (r.judged, r.violations, r.no_data) == (2, (), None)
+
+
+def test_leases_held_catches_an_expired_lease_and_a_lost_attempt() -> None:
+    from slo.invariants import leases_held
+
+    attempts = [_held("att-1", "lost", 5, 40), _held("a2", "lost", 5, 50)]
+    r = leases_held(attempts, [_event(1, 40, "lease_expired", reason="lease expired")],
+                    START, END)
+    assert r.judged == 2 and len(r.violations) == 2
+    assert "att-1" in r.violations[0] and "lease expired at" in r.violations[0]
+    assert "a2" in r.violations[1] and "ended lost" in r.violations[1]
+    # before the window: not this fault's doing
+    early = leases_held([_held("a3", "lost", -60, -30), _held("a4", "succeeded", -10, 60)],
+                        [_event(2, -30, "lease_expired", attempt="a3")], START, END)
+    assert (early.judged, early.violations) == (1, ())
+
+
+def test_leases_held_says_no_data_when_nothing_ran() -> None:
+    from slo.invariants import leases_held
+
+    r = leases_held([_attempt("a1", "succeeded")], [], START, END)  # never started
+    assert r.judged == 0 and r.no_data == "no attempt held a lease during the window"
