@@ -34,6 +34,7 @@ __all__ = [
     "restore_artifact_store",
     "restore_pool",
     "restore_registry",
+    "restore_zone",
     "resume",
     "send_late_reports",
     "start",
@@ -44,6 +45,7 @@ __all__ = [
     "wait_for_progress",
     "wait_for_storage_pause",
     "withdraw_pool",
+    "zone_outage",
 ]
 
 # The actions that inject a fault (the others undo one or drive the workload): what
@@ -63,6 +65,7 @@ FAULTS = (
     "stop",
     "stop_agents_in_region",
     "withdraw_pool",
+    "zone_outage",
 )
 
 Configuration = dict[str, Any] | None
@@ -457,3 +460,24 @@ def wait_for_operations(tag: str, states: list[str] | str = "succeeded", timeout
     ctx = _ctx(configuration)
     wanted = {states} if isinstance(states, str) else set(states)
     return {"tag": tag, "states": _wait(ctx, ctx.recall(tag), wanted, timeout)}
+
+
+# -- zones ----------------------------------------------------------------------------------
+def _zone(ctx: Context, zone: str) -> str:
+    """Logical zones ("zone-a") map to the environment's own (an AWS availability zone)."""
+    return ctx.platform.fault_targets().get(f"zone:{zone}", zone)
+
+
+def zone_outage(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Everything in one zone at once: its API replica, database member, agents and its share
+    of the network (one fault on the timeline, its parts listed)."""
+    ctx = _ctx(configuration)
+    out = ctx.driver.zone_outage(_zone(ctx, zone))
+    if out.get("primary_lost"):
+        ctx.env.note("failover", {"automation": "failover", "cause": f"zone_outage:{zone}"})
+    return out
+
+
+def restore_zone(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    ctx = _ctx(configuration)
+    return ctx.driver.restore_zone(_zone(ctx, zone))

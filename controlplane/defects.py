@@ -28,6 +28,7 @@ KNOWN: dict[str, str] = {
     "readyz-lies": "/readyz answers 200 while the database is unreachable",
     "leases-never-expire": "expired leases are never noticed, so their work never moves",
     "blocked-never-drain": "blocked work is never routed again when capacity returns",
+    "zone-sticky-retry": "a retry is routed only to the zone of its previous attempt",
 }
 
 
@@ -43,6 +44,7 @@ WHERE: dict[str, frozenset[str]] = {
     "readyz-lies": frozenset({"api"}),
     "leases-never-expire": frozenset({"reconciler"}),
     "blocked-never-drain": frozenset({"reconciler"}),
+    "zone-sticky-retry": frozenset({"reconciler"}),
 }
 
 

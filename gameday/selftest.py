@@ -58,6 +58,7 @@ MATRIX: tuple[Case, ...] = (
     Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
          "ineligible-fallback-region.invariant.eligible-placement"),
 )
+MATRIX += (Case("zone-outage", "zone-sticky-retry", "zone-outage", "zone-outage.rto"),)
 
 
 @dataclass

@@ -28,6 +28,7 @@ SUITES: dict[str, tuple[str, ...]] = {
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
+SUITES["full"] += ("zone-outage",)
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

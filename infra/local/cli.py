@@ -302,6 +302,12 @@ _fault_command("partition-db", "Cut one API REPLICA off from the database (its o
 _fault_command("heal-db", "Reconnect an API REPLICA to the database.",
                lambda f, replica: f.heal_database(replica), "replica")
 
+_fault_command("zone-outage", "Lose everything in ZONE at once (env.json zones): its fault-proxy "
+               "routes, API replica, database member and agents.",
+               lambda f, zone, mode: f.zone_outage(zone, mode), "zone", mode_default="blackhole")
+_fault_command("restore-zone", "Bring ZONE back: heal its routes, start its database member, "
+               "API replica and agents.", lambda f, zone: f.restore_zone(zone), "zone")
+
 
 def _lose_db(f: Any) -> dict[str, Any]:
     from infra.local.backup import DatabaseBackups

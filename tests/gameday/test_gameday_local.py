@@ -139,3 +139,47 @@ def test_selftest_catches_every_seeded_defect_by_its_named_objective(clone: Fres
     assert {m["defect"] for m in matrix} == {c.defect for c in select((), "core")}, (
         r.stdout[-3000:] + r.stderr[-3000:])
     assert r.returncode == 0, r.stdout[-4000:]
+
+
+@pytest.mark.timeout(1500)
+def test_zone_outage_passes_measured_and_its_seeded_defect_is_caught(clone: FreshClone) -> None:
+    """zone-outage (full suite only): the healthy platform passes with the experiment measured,
+    the lost zone's work really moved to the other zone, and `zone-sticky-retry` is caught."""
+    runs = clone.path / "runs-zone-outage"
+    r = clone.gameday("run", "--experiment", "zone-outage", "--runs-dir", str(runs), timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    (e,) = verdict["experiments"]
+    assert e["name"] == "zone-outage" and e["fault_source"] == "faults.jsonl", e
+    assert e["recovery_seconds"] is not None and e["recovery_seconds"] <= e["rto_seconds"], e
+    checks = {c["id"]: c for c in verdict["checks"]}
+    for check in ("zone-outage.rto", "zone-outage.rpo.acknowledged_submissions",
+                  "zone-outage.invariant.eligible-placement"):
+        assert checks[check]["status"] == "pass", checks[check]
+    j = _journal(run_dir, "zone-outage")
+    assert j["status"] == "completed" and not j["deviated"]
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    (start,) = [f for f in faults if f["event"] == "fault_start" and f["fault"] == "zone_outage"]
+    assert start["target"] == "zone-a"
+    parts = start["details"]
+    assert parts["api"] == ["api-1"] and parts["database"] == ["pg-0"]
+    assert set(parts["agents"]) == {"sys-1", "cpu-1", "gpu-2"}
+    assert any(f["event"] == "fault_end" and f["fault"] == "zone_outage" for f in faults)
+    # the lost zone's work moved: an attempt lost on a zone-a agent, then success in zone-b
+    agents = {a["name"]: a for a in map(json.loads, (run_dir / "snapshot" / "agents.jsonl")
+                                        .read_text().splitlines())}
+    attempts = [json.loads(x) for x in
+                (run_dir / "snapshot" / "attempts.jsonl").read_text().splitlines() if x]
+    lost = {a["operation_id"] for a in attempts
+            if a["state"] == "lost" and agents[a["agent_name"]]["zone"] == "zone-a"}
+    moved = {a["operation_id"] for a in attempts if a["operation_id"] in lost
+             and a["state"] == "succeeded" and agents[a["agent_name"]]["zone"] == "zone-b"}
+    assert moved, "no work lost in zone-a was completed in zone-b"
+
+    r = clone.gameday("selftest", "--defect", "zone-sticky-retry", "--runs-dir",
+                      str(clone.path / "runs-zone-selftest"), timeout=900)
+    (root,) = sorted((clone.path / "runs-zone-selftest").glob("selftest-*"))
+    (row,) = json.loads((root / "selftest.json").read_text())
+    assert row["defect"] == "zone-sticky-retry" and row["caught"], (row, r.stdout[-4000:])
+    assert r.returncode == 0, r.stdout[-4000:]
