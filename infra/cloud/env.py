@@ -51,6 +51,9 @@ NOT_APPLICABLE = {
     "db-unreachable-from-api-replica": "needs one API replica cut off from the database "
                                        "while the other keeps it: the cloud drivers cannot "
                                        "isolate one pod from RDS yet (local only)",
+    "zone-outage": "names the local topology's zones (zone-a/zone-b) and its members (api-1, "
+                   "pg-0, agents); the cloud drivers' zone_outage takes an availability zone and "
+                   "was tested offline only (moto, recorded cluster): docs/chaos-cloud.md",
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",
