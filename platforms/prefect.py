@@ -67,6 +67,10 @@ NOT_APPLICABLE: dict[str, str] = {
     "ineligible-fallback-region": (
         "no region eligibility rules: a Prefect flow run is routed by work pool only, there is "
         "no region/dataset constraint that could be violated by a fallback"),
+    "zone-outage": (
+        "the Prefect server and its process workers belong to no zone in the local environment "
+        "(env.json zones lists the reference control plane's replicas and agents only), so a "
+        "zone outage would take only a database member: not a rehearsal of this class"),
     "db-restore-from-backup": (
         "the restore order (infra/local/backup.py) stops and restarts the reference control "
         "plane's API, reconciler and agents and reconciles its operations table; Prefect's "

@@ -400,12 +400,15 @@ class FaultInjector:
             self._route(route, "pass")
         components = [c for k in ("database", "api", "agents") for c in parts.get(k, [])
                       if c in self.env.components]
+        spawned = []
         for component in components:
             procs.wait_reaped(self.env.component_pids(component), 3.0)
             if not self.env.main_pid(component):
                 self.env.spawn(component)
+                spawned.append(component)
         self.env.wait_healthy(components, timeout)
-        details = {"restarted": components,
+        # what was really down (and so started again): evidence that the outage took it
+        details = {"restarted": spawned,
                    "recovered_seconds": round(time.monotonic() - started, 3)}
         line = self.end("zone_outage", zone, details)
         return {"target": zone, **details, "time": line["time"] if line else None}

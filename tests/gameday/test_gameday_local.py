@@ -165,7 +165,9 @@ def test_zone_outage_passes_measured_and_its_seeded_defect_is_caught(clone: Fres
     parts = start["details"]
     assert parts["api"] == ["api-1"] and parts["database"] == ["pg-0"]
     assert set(parts["agents"]) == {"sys-1", "cpu-1", "gpu-2"}
-    assert any(f["event"] == "fault_end" and f["fault"] == "zone_outage" for f in faults)
+    (end,) = [f for f in faults if f["event"] == "fault_end" and f["fault"] == "zone_outage"]
+    # every part of the zone was really down: restore_zone had to start each one again
+    assert set(end["details"]["restarted"]) == {"api-1", "pg-0", *parts["agents"]}, end
     # the lost zone's work moved: an attempt lost on a zone-a agent, then success in zone-b
     agents = {a["name"]: a for a in map(json.loads, (run_dir / "snapshot" / "agents.jsonl")
                                         .read_text().splitlines())}
