@@ -468,10 +468,24 @@ def _zone(ctx: Context, zone: str) -> str:
     return ctx.platform.fault_targets().get(f"zone:{zone}", zone)
 
 
+def _standby_zone(ctx: Context) -> str:
+    """The zone of the synchronous standby (local environment: env.json zones + Patroni)."""
+    roles = ctx.env.db.roles()
+    standby = next((n for n, r in roles.items() if r == "sync_standby"), None)
+    zone = ctx.env.zone_of(standby) if standby else None
+    if zone is None:
+        raise ChaosError(f"no zone holds a synchronous standby (roles {roles})")
+    return zone
+
+
 def zone_outage(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
     """Everything in one zone at once: its API replica, database member, agents and its share
-    of the network (one fault on the timeline, its parts listed)."""
+    of the network (one fault on the timeline, its parts listed). ``zone: standby`` is the
+    zone of the database's synchronous standby (the primary survives)."""
     ctx = _ctx(configuration)
+    if zone == "standby":
+        zone = _standby_zone(ctx)
+        ctx.remember("zone-outage:zone", [zone])
     out = ctx.driver.zone_outage(_zone(ctx, zone))
     if out.get("primary_lost"):
         ctx.env.note("failover", {"automation": "failover", "cause": f"zone_outage:{zone}"})
@@ -480,4 +494,6 @@ def zone_outage(zone: str, configuration: Configuration = None, secrets: Secrets
 
 def restore_zone(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
     ctx = _ctx(configuration)
+    if zone == "standby":  # the zone zone_outage chose
+        zone = ctx.recall("zone-outage:zone")[0]
     return ctx.driver.restore_zone(_zone(ctx, zone))
