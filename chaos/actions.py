@@ -35,6 +35,7 @@ __all__ = [
     "restore_clock",
     "restore_pool",
     "restore_registry",
+    "restore_zone",
     "resume",
     "revoke_retired_credentials",
     "rotate_credentials",
@@ -48,6 +49,7 @@ __all__ = [
     "wait_for_progress",
     "wait_for_storage_pause",
     "withdraw_pool",
+    "zone_outage",
 ]
 
 # The actions that inject a fault (the others undo one or drive the workload): what
@@ -69,6 +71,7 @@ FAULTS = (
     "stop",
     "stop_agents_in_region",
     "withdraw_pool",
+    "zone_outage",
 )
 
 Configuration = dict[str, Any] | None
@@ -509,3 +512,40 @@ def wait_for_operations(tag: str, states: list[str] | str = "succeeded", timeout
     ctx = _ctx(configuration)
     wanted = {states} if isinstance(states, str) else set(states)
     return {"tag": tag, "states": _wait(ctx, ctx.recall(tag), wanted, timeout)}
+
+
+# -- zones ----------------------------------------------------------------------------------
+def _zone(ctx: Context, zone: str) -> str:
+    """Logical zones ("zone-a") map to the environment's own (an AWS availability zone)."""
+    return ctx.platform.fault_targets().get(f"zone:{zone}", zone)
+
+
+def _standby_zone(ctx: Context) -> str:
+    """The zone of the synchronous standby (local environment: env.json zones + Patroni)."""
+    roles = ctx.env.db.roles()
+    standby = next((n for n, r in roles.items() if r == "sync_standby"), None)
+    zone = ctx.env.zone_of(standby) if standby else None
+    if zone is None:
+        raise ChaosError(f"no zone holds a synchronous standby (roles {roles})")
+    return zone
+
+
+def zone_outage(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Everything in one zone at once: its API replica, database member, agents and its share
+    of the network (one fault on the timeline, its parts listed). ``zone: standby`` is the
+    zone of the database's synchronous standby (the primary survives)."""
+    ctx = _ctx(configuration)
+    if zone == "standby":
+        zone = _standby_zone(ctx)
+        ctx.remember("zone-outage:zone", [zone])
+    out = ctx.driver.zone_outage(_zone(ctx, zone))
+    if out.get("primary_lost"):
+        ctx.env.note("failover", {"automation": "failover", "cause": f"zone_outage:{zone}"})
+    return out
+
+
+def restore_zone(zone: str, configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    ctx = _ctx(configuration)
+    if zone == "standby":  # the zone zone_outage chose
+        zone = ctx.recall("zone-outage:zone")[0]
+    return ctx.driver.restore_zone(_zone(ctx, zone))

@@ -30,6 +30,7 @@ KNOWN: dict[str, str] = {
     "blocked-never-drain": "blocked work is never routed again when capacity returns",
     "lease-from-agent-clock": "a lease is measured from the agent's own clock, not the database's",
     "token-cached-forever": "the agent keeps its first token forever: rotation breaks it",
+    "zone-sticky-retry": "a retry is routed only to the zone of its previous attempt",
 }
 
 
@@ -47,6 +48,7 @@ WHERE: dict[str, frozenset[str]] = {
     "blocked-never-drain": frozenset({"reconciler"}),
     "lease-from-agent-clock": frozenset({"api"}),  # the API trusts the time agents send
     "token-cached-forever": frozenset({"agent"}),
+    "zone-sticky-retry": frozenset({"reconciler"}),
 }
 
 

@@ -64,6 +64,7 @@ MATRIX += (
     Case("credential-rotation", "token-cached-forever", "credential-rotation",
          "credential-rotation.invariant.leases-held"),
 )
+MATRIX += (Case("zone-outage", "zone-sticky-retry", "zone-outage", "zone-outage.rto"),)
 
 
 @dataclass

@@ -28,7 +28,8 @@ SUITES: dict[str, tuple[str, ...]] = {
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
 # credential rotation replaces the environment's credentials for good: full only
-SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation")
+SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
+                  "zone-outage")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

@@ -50,6 +50,10 @@ class FaultDriver(Protocol):
     def partition_database(self, component: str) -> FaultResult: ...  # one API replica only
     def heal_database(self, component: str) -> FaultResult: ...
 
+    # zones ------------------------------------------------------------------------------
+    def zone_outage(self, zone: str) -> FaultResult: ...  # everything in one zone at once
+    def restore_zone(self, zone: str) -> FaultResult: ...
+
     def restore_all(self) -> list[str]: ...  # undo every fault this driver knows is active
 
 

@@ -70,6 +70,10 @@ NOT_APPLICABLE: dict[str, str] = {
     "credential-rotation": (
         "rotates the reference control plane's agent/project tokens and its database role's "
         "password; Prefect's API keys and database are not driven by this experiment"),
+    "zone-outage": (
+        "the Prefect server and its process workers belong to no zone in the local environment "
+        "(env.json zones lists the reference control plane's replicas and agents only), so a "
+        "zone outage would take only a database member: not a rehearsal of this class"),
     "db-restore-from-backup": (
         "the restore order (infra/local/backup.py) stops and restarts the reference control "
         "plane's API, reconciler and agents and reconciles its operations table; Prefect's "

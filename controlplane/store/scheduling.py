@@ -159,8 +159,16 @@ async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Des
                     f"queue {queue} is at its concurrency limit ({limits.get(queue)})")
         stats.waiting += 1
         return
-    decision = routing.route(requirement(op["spec"]), list(dests.values()),
-                             pinned=op["pinned_agent"])
+    candidates = list(dests.values())
+    if op["attempt_count"] and defects.enabled("zone-sticky-retry"):  # seeded defect: test only
+        # "keep a retry near its checkpoints": only the zone of the previous attempt
+        cur = await conn.execute(
+            "SELECT a.zone FROM attempts t JOIN agents a ON a.id = t.agent_id"
+            " WHERE t.operation_id = %s ORDER BY t.number DESC LIMIT 1", (op["id"],))
+        last = await cur.fetchone()
+        if last is not None:
+            candidates = [d for d in candidates if d.zone == last[0]]
+    decision = routing.route(requirement(op["spec"]), candidates, pinned=op["pinned_agent"])
     if decision.outcome is Outcome.BLOCKED:
         stats.blocked += 1
         if state is not OpState.BLOCKED:

@@ -32,7 +32,8 @@ from infra.cloud.tags import SYSTEM_POOL, karpenter_tags
 if TYPE_CHECKING:
     from infra.cloud.driver import FaultState
 
-__all__ = ["DENY_SID", "AwsFaultError", "AwsFaults", "AwsTarget", "deny_statement"]
+__all__ = ["DENY_SID", "ZONE_ACL_TAG", "AwsFaultError", "AwsFaults", "AwsTarget",
+           "deny_statement"]
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -41,6 +42,7 @@ DENY_SID = "GamedayArtifactStoreUnreachable"  # fixed: lets restore find and str
 DENY_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
                 "s3:ListBucket", "s3:ListBucketVersions", "s3:AbortMultipartUpload",
                 "s3:ListMultipartUploadParts"]
+ZONE_ACL_TAG = "gameday:zone-outage"  # on the deny-all network ACL: the zone it cuts off
 # Explicit timeouts: botocore's defaults can hang for minutes (docs/DESIGN.md section 8.7).
 BOTO_CONFIG = Config(connect_timeout=10, read_timeout=60,
                      retries={"max_attempts": 5, "mode": "standard"})
@@ -61,6 +63,9 @@ class AwsTarget:
     deny_principal_arns: tuple[str, ...] = ()  # ArnLike patterns for aws:PrincipalArn
     wait_timeout: float = 1800.0
     poll_seconds: float = 15.0
+    # zone -> subnet ids (``zoneSubnets``); empty: the subnets of the zone tagged
+    # kubernetes.io/cluster/<cluster> (how EKS finds its subnets)
+    zone_subnets: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def deny_statement(bucket: str, principal_arns: tuple[str, ...]) -> dict[str, Any]:
@@ -284,3 +289,99 @@ class AwsFaults:
 
     def restore_pool(self, pool: str) -> dict[str, Any]:
         return self.undo_withdraw(f"withdraw_pool:{pool}") or {"target": pool, "already": True}
+
+    # -- zones: network ACLs ----------------------------------------------------------------
+    def zone_subnets(self, zone: str) -> list[dict[str, Any]]:
+        """The zone's subnets: those named in ``zoneSubnets``, else the cluster's (tag
+        ``kubernetes.io/cluster/<cluster>``) in that availability zone."""
+        ec2 = self._client("ec2")
+        named = self.target.zone_subnets.get(zone)
+        if named:
+            found = self._call(f"describe subnets {list(named)}", ec2.describe_subnets,
+                               SubnetIds=list(named))["Subnets"]
+            wrong = [s["SubnetId"] for s in found if s["AvailabilityZone"] != zone]
+            if wrong:
+                raise AwsFaultError(f"zoneSubnets.{zone}: {wrong} are not in {zone}")
+            return found
+        return self._call(f"describe subnets of {zone}", ec2.describe_subnets, Filters=[
+            {"Name": "availability-zone", "Values": [zone]},
+            {"Name": "tag-key", "Values": [f"kubernetes.io/cluster/{self.target.cluster_name}"]},
+        ])["Subnets"]
+
+    def _association(self, subnet: str) -> tuple[str, str]:
+        """(association id, network ACL id) of the subnet's current ACL association."""
+        acls = self._call(f"describe ACL of {subnet}", self._client("ec2").describe_network_acls,
+                          Filters=[{"Name": "association.subnet-id", "Values": [subnet]}])
+        for acl in acls["NetworkAcls"]:
+            for assoc in acl.get("Associations", []):
+                if assoc.get("SubnetId") == subnet:
+                    return assoc["NetworkAclAssociationId"], acl["NetworkAclId"]
+        raise AwsFaultError(f"subnet {subnet} has no network ACL association")
+
+    def zone_outage(self, zone: str) -> dict[str, Any]:
+        """Cut the zone's subnets off: a new network ACL that denies all traffic both ways is
+        associated with each subnet in place of its own. The original associations are
+        written to the state file before anything changes, so a crashed run can be undone."""
+        key = f"zone_network_acl:{zone}"
+        if self.state.get(key) is not None:
+            return {"target": zone, "already": True}
+        subnets = self.zone_subnets(zone)
+        if not subnets:
+            raise AwsFaultError(f"zone_outage: no subnet of cluster {self.target.cluster_name} in "
+                                f"{zone} (set zoneSubnets.{zone} in the cloud target)")
+        vpcs = sorted({s["VpcId"] for s in subnets})
+        if len(vpcs) != 1:
+            raise AwsFaultError(f"zone_outage: the subnets of {zone} span VPCs {vpcs}")
+        ec2 = self._client("ec2")
+        originals = {}
+        for sub in sorted(subnets, key=lambda s: s["SubnetId"]):
+            _, acl = self._association(sub["SubnetId"])
+            originals[sub["SubnetId"]] = acl
+        acl_id = self._call("create network ACL", ec2.create_network_acl, VpcId=vpcs[0],
+                            TagSpecifications=[{"ResourceType": "network-acl", "Tags": [
+                                {"Key": ZONE_ACL_TAG, "Value": zone},
+                                {"Key": "Name", "Value": f"gameday-zone-outage-{zone}"}]}],
+                            )["NetworkAcl"]["NetworkAclId"]
+        undo = {"zone": zone, "vpc": vpcs[0], "deny_acl": acl_id, "originals": originals}
+        self.state.put(key, "zone_network_acl", zone, undo)
+        for egress in (False, True):  # explicit, although a new ACL already denies everything
+            self._call(f"deny-all entry on {acl_id}", ec2.create_network_acl_entry,
+                       NetworkAclId=acl_id, RuleNumber=1, Protocol="-1", RuleAction="deny",
+                       Egress=egress, CidrBlock="0.0.0.0/0")
+        for subnet in originals:
+            assoc, _ = self._association(subnet)
+            logger.warning("chaos zone_outage: subnet %s (%s) -> deny-all ACL %s", subnet, zone,
+                           acl_id)
+            self._call(f"associate {acl_id} with {subnet}", ec2.replace_network_acl_association,
+                       AssociationId=assoc, NetworkAclId=acl_id)
+        return {"target": zone, **undo}
+
+    def undo_zone_outage(self, key: str) -> dict[str, Any] | None:
+        """Put every subnet back on its original ACL, then delete the deny-all ACL."""
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo, ec2 = record["undo"], self._client("ec2")
+        for subnet, original in undo["originals"].items():
+            assoc, current = self._association(subnet)
+            if current != original:
+                logger.warning("chaos restore_zone: subnet %s back to ACL %s", subnet, original)
+                self._call(f"associate {original} with {subnet}",
+                           ec2.replace_network_acl_association, AssociationId=assoc,
+                           NetworkAclId=original)
+        try:
+            ec2.delete_network_acl(NetworkAclId=undo["deny_acl"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidNetworkAclID.NotFound":
+                raise AwsFaultError(f"delete {undo['deny_acl']}: {exc}") from exc
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
+    def db_zone(self) -> str | None:
+        """The availability zone of the RDS primary (None without an instance id)."""
+        if not self.target.db_instance_id:
+            return None
+        return self._call(f"describe {self.target.db_instance_id}",
+                          self._client("rds").describe_db_instances,
+                          DBInstanceIdentifier=self.target.db_instance_id,
+                          )["DBInstances"][0].get("AvailabilityZone")

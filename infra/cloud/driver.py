@@ -23,6 +23,11 @@ primitive                                      mechanism
                                                found by Karpenter's instance tags (or the
                                                node group's) (AWS)
 ``partition_agent`` / ``heal_agent``           agent egress policy without the API pods (K8s)
+``zone_outage`` / ``restore_zone``             deny-all network ACL on the zone's subnets,
+                                               original associations restored (AWS); cordon
+                                               the zone's nodes + delete their pods (K8s);
+                                               RDS forced failover when its primary is in
+                                               the zone (AWS)
 =============================================  ==============================================
 
 Every change with an inverse is recorded in a JSON state file *before* it is made;
@@ -122,7 +127,7 @@ class CloudTarget:
             "artifactBuckets", "databaseIdentifier", "nodePools", "nodeGroups",
             "denyPrincipalArns",
             "registryCidrs", "registryPort", "partitionAllowCidrs", "poolWithdrawal",
-            "drainTimeout", "waitTimeout", "pollSeconds")
+            "drainTimeout", "waitTimeout", "pollSeconds", "zoneSubnets")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], state_dir: Path | None = None) -> CloudTarget:
@@ -173,6 +178,7 @@ class CloudTarget:
             # IRSA roles are auto-named "<prefix>-irsa-<sa>-role-<suffix>" by Pulumi.
             deny_principal_arns=tuple(cfg.get("denyPrincipalArns",
                                               (f"arn:aws:iam::*:role/{prefix}-irsa-*",))),
+            zone_subnets=_zone_subnets(cfg),
             wait_timeout=float(cfg.get("waitTimeout", 1800)),
             poll_seconds=float(cfg.get("pollSeconds", 15)),
         )
@@ -190,6 +196,18 @@ def _pool_map(cfg: Mapping[str, Any], key: str, default: dict[str, str]) -> dict
         raise CloudConfigError(f"cloud target: {key} names the {SYSTEM_POOL!r} pool; it runs the "
                                "control plane and the game day and is never a node-fault target")
     return dict(value)
+
+
+def _zone_subnets(cfg: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``zoneSubnets``: availability zone -> subnet ids (optional)."""
+    value = cfg.get("zoneSubnets", {})
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and k and isinstance(v, list | tuple) and v
+            and all(isinstance(s, str) and s.startswith("subnet-") for s in v)
+            for k, v in value.items()):
+        raise CloudConfigError(f"cloud target: zoneSubnets must map zones to lists of subnet "
+                               f"ids (subnet-...), got {value!r}")
+    return {k: tuple(v) for k, v in value.items()}
 
 
 def _kubeconfig_path(value: Any, state_dir: Path | None) -> str | None:
@@ -316,6 +334,26 @@ class CloudFaults:
     def heal_database(self, component: str) -> dict[str, Any]:
         return {"target": component, "already": True}
 
+    # -- zones ------------------------------------------------------------------------------
+    def zone_outage(self, zone: str) -> dict[str, Any]:
+        """The zone's subnets behind a deny-all network ACL, its nodes cordoned and their pods
+        deleted, and, when the RDS primary is in that zone, a forced Multi-AZ failover (RDS
+        does not fail over because of a network ACL; a real zone loss would make it)."""
+        if self.state.get(f"zone_network_acl:{zone}") is not None:
+            return {"target": zone, "already": True}
+        network = self.aws.zone_outage(zone)
+        nodes = self.k8s.zone_outage(zone)
+        db = self.aws.failover_db() if self.aws.db_zone() == zone else None
+        return {"target": zone, "network": network, "nodes": nodes, "database": db,
+                "primary_lost": db is not None}
+
+    def restore_zone(self, zone: str) -> dict[str, Any]:
+        nodes = self._undo(f"zone_cordon:{zone}")
+        network = self._undo(f"zone_network_acl:{zone}")
+        if nodes is None and network is None:
+            return {"target": zone, "already": True}
+        return {"target": zone, "network": network, "nodes": nodes}
+
     # -- all --------------------------------------------------------------------------------
     def _undo(self, key: str) -> dict[str, Any] | None:
         record = self.state.get(key)
@@ -335,6 +373,10 @@ class CloudFaults:
             if mode == "nodepool":
                 return self.k8s.undo_withdraw_nodepool(key)
             return (self.aws if mode == "nodegroup" else self.k8s).undo_withdraw(key)
+        if fault == "zone_network_acl":
+            return self.aws.undo_zone_outage(key)
+        if fault == "zone_cordon":
+            return self.k8s.undo_zone_outage(key)
         raise ActivityFailed(f"state file {self.state.path}: unknown fault {fault!r} ({key})")
 
     def restore_all(self) -> list[str]:

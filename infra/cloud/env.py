@@ -54,6 +54,9 @@ NOT_APPLICABLE = {
     "credential-rotation": "rotates the local environment's token files and database "
                            "password; a stack's secrets live in its secret store (not driven "
                            "yet: local only)",
+    "zone-outage": "names the local topology's zones (zone-a/zone-b) and its members (api-1, "
+                   "pg-0, agents); the cloud drivers' zone_outage takes an availability zone and "
+                   "was tested offline only (moto, recorded cluster): docs/chaos-cloud.md",
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",

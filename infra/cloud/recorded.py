@@ -29,6 +29,7 @@ CLOSES: dict[str, tuple[str, ...]] = {
     "restore_pool": ("withdraw_pool",),
     "artifact_store_restore": ("artifact_store_unreachable",),
     "registry_restore": ("registry_unreachable",),
+    "restore_zone": ("zone_outage",),
 }
 # one target per environment: recorded under these names, like the local timeline does
 SINGLE_TARGET = {"artifact_store_unreachable": "artifact-store", "registry_unreachable": "registry",
@@ -137,6 +138,13 @@ class RecordedCloudFaults:
 
     def heal_agent(self, agent: str) -> dict[str, Any]:
         return self._heal("heal_agent", agent, lambda: self.driver.heal_agent(agent))
+
+    # -- zones ------------------------------------------------------------------------------
+    def zone_outage(self, zone: str) -> dict[str, Any]:
+        return self._inject("zone_outage", zone, lambda: self.driver.zone_outage(zone))
+
+    def restore_zone(self, zone: str) -> dict[str, Any]:
+        return self._heal("restore_zone", zone, lambda: self.driver.restore_zone(zone))
 
     # -- all --------------------------------------------------------------------------------
     def active(self) -> dict[str, dict[str, Any]]:

@@ -310,6 +310,11 @@ _fault_command("skew-clock", "Step the wall clock of TARGET (an agent or the rec
                "target", extra=(click.Argument(["seconds"], type=float),))
 _fault_command("restore-clock", "Put TARGET's wall clock back on the true time.",
                lambda f, target: f.restore_clock(target), "target")
+_fault_command("zone-outage", "Lose everything in ZONE at once (env.json zones): its fault-proxy "
+               "routes, API replica, database member and agents.",
+               lambda f, zone, mode: f.zone_outage(zone, mode), "zone", mode_default="blackhole")
+_fault_command("restore-zone", "Bring ZONE back: heal its routes, start its database member, "
+               "API replica and agents.", lambda f, zone: f.restore_zone(zone), "zone")
 
 
 def _lose_db(f: Any) -> dict[str, Any]:

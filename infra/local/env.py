@@ -56,7 +56,9 @@ from infra.local.errors import (
 from infra.local.state import EnvState
 from infra.local.supervisor import SupervisorClient, SupervisorError
 from infra.local.topology import (
+    API_ZONES,
     BUCKET,
+    DB_ZONES,
     DEFAULT_AGENTS,
     DEFAULT_QUEUES,
     IMAGE_REPOSITORY,
@@ -65,6 +67,7 @@ from infra.local.topology import (
     Secrets,
     allocate_ports,
     port_names,
+    zone_map,
 )
 from infra.timeline import utcnow
 
@@ -399,6 +402,7 @@ class LocalEnvironment:
                                            with_cp, db_root=db_root)
         platform_info = hooks.prepare(previous.get("platform_info") or {})
         self.components.update(hooks.build_components(self.state_dir, ports, platform_info))
+        zones = self._zones_of(agents)
         self.info = {
             "name": self.name, "state_dir": str(self.state_dir), "db_root": str(db_root),
             "status": "starting",
@@ -410,6 +414,7 @@ class LocalEnvironment:
             "tokens": {"projects": secrets.project_tokens, "agent": secrets.agent_token,
                        "admin": secrets.admin_token},
             "platform": platform, "platform_info": platform_info,
+            "zones": zones,
         }
         self.info["endpoints"].update(hooks.endpoints(ports))
         self._write_info()
@@ -435,6 +440,39 @@ class LocalEnvironment:
         self.info["up_seconds"] = round(time.monotonic() - started, 2)
         self._write_info()
         return self.status()
+
+    def _zones_of(self, agents: tuple[AgentSpec, ...]) -> dict[str, dict[str, list[str]]]:
+        """Label the API replicas and database members with their zone and return what
+        env.json keeps under ``zones`` (only the components this environment runs)."""
+        for name, zone in {**API_ZONES, **DB_ZONES}.items():
+            if name in self.components:
+                self.components[name].labels["zone"] = zone
+        present = set(self.components)
+        routes = {f"db-{n}" for n in present} | {f"agent-{a.name}" for a in agents}
+        return {zone: {"api": [n for n in parts["api"] if n in present],
+                       "database": [n for n in parts["database"] if n in present],
+                       "agents": [n for n in parts["agents"] if n in present],
+                       "routes": [r for r in parts["routes"] if r in routes]}
+                for zone, parts in zone_map(agents).items()}
+
+    def zones(self) -> dict[str, dict[str, list[str]]]:
+        """Per zone: its API replicas, database members, agents and fault-proxy routes, as
+        `up` recorded them in env.json. An environment started before zones were recorded has
+        none: that is an error naming the file, never a guess."""
+        zones = self.info.get("zones")
+        if not isinstance(zones, dict) or not zones:
+            raise EnvError(f"{self.env_file}: no 'zones' field (this environment was started "
+                           "before zones were recorded); run `gameday env down` and "
+                           "`gameday env up` to record them")
+        return zones
+
+    def zone_of(self, component: str) -> str | None:
+        """The zone of an API replica, database member or agent; None for regional services
+        (and for every component of an environment started before zones were recorded)."""
+        for zone, parts in (self.info.get("zones") or {}).items():
+            if any(component in parts.get(k, []) for k in ("api", "database", "agents")):
+                return zone
+        return None
 
     def _endpoints(self, ports: dict[str, int], secrets: Secrets, with_cp: bool) -> dict[str, Any]:
         registry = f"127.0.0.1:{ports['proxy_registry']}"

@@ -17,6 +17,7 @@ fault                                 inverse
 ``partition_agent(name)``             ``heal_agent(name)``
 ``skew_clock(target, seconds)``       ``restore_clock(target)``
 ``DatabaseBackups.lose()``            ``DatabaseBackups.restore()`` + ``reopen()`` (infra/local/backup.py)
+``zone_outage(zone)``                 ``restore_zone(zone)``
 ====================================  =====================================
 
 Targets are component names (``api-1``, ``pg-0``, ``moto``, ``gpu-1`` ...) or the aliases
@@ -430,6 +431,69 @@ class FaultInjector:
 
         return LocalCredentials(self.env).refused(within)
 
+
+    # -- zones ------------------------------------------------------------------------------
+    def zone_outage(self, zone: str, mode: str = "blackhole") -> dict[str, Any]:
+        """Everything of one zone at once (env.json ``zones``): its fault-proxy routes are cut
+        first (the zone's network), then its API replica, database member and agents are
+        SIGKILLed together (the zone's power). One fault on the timeline, its parts listed.
+        When the member lost was the primary, Patroni promotes the synchronous standby of the
+        other zone once the leader key expires; this returns when the processes are gone."""
+        zones = self.env.zones()
+        if zone not in zones:
+            raise UnknownTarget(f"unknown zone {zone!r}; zones: {', '.join(sorted(zones))}")
+        if mode not in PROXY_MODES:
+            raise EnvError(f"mode {mode!r} is not one of {PROXY_MODES}")
+        if self.is_active("zone_outage", zone):
+            return {"target": zone, "already": True}
+        parts = zones[zone]
+        components = [c for k in ("api", "database", "agents") for c in parts.get(k, [])
+                      if c in self.env.components]
+        leader = self.env.db.leader()
+        pids = {c: self.env.component_pids(c) for c in components}
+        details = {"api": parts.get("api", []), "database": parts.get("database", []),
+                   "agents": parts.get("agents", []), "routes": parts.get("routes", []),
+                   "mode": mode, "primary_lost": leader in parts.get("database", []),
+                   "leader_before": leader, "pids": pids}
+        line = self.begin("zone_outage", zone, details)
+        for route in details["routes"]:
+            self._route(route, mode)
+        for component in components:
+            if pids[component]:
+                self._signal_component(component, signal.SIGKILL, False)
+        everyone = [p for group in pids.values() for p in group]
+        left = procs.wait_gone(everyone, 5.0)
+        if left:
+            raise EnvError(f"zone {zone}: pids {left} survived SIGKILL")
+        return {"target": zone, **{k: details[k] for k in ("api", "database", "agents", "routes",
+                                                           "primary_lost")},
+                "time": line["time"]}
+
+    def restore_zone(self, zone: str, timeout: float = 90.0) -> dict[str, Any]:
+        """Inverse of zone_outage: heal the zone's routes, start its database member (it
+        rejoins as a replica), API replica and agents, and wait until all are healthy."""
+        active = self.active().get(f"zone_outage:{zone}")
+        if active is None:
+            return {"target": zone, "already": True}
+        parts = active["details"]
+        started = time.monotonic()
+        for route in parts.get("routes", []):
+            self._route(route, "pass")
+        components = [c for k in ("database", "api", "agents") for c in parts.get(k, [])
+                      if c in self.env.components]
+        spawned = []
+        for component in components:
+            procs.wait_reaped(self.env.component_pids(component), 3.0)
+            if not self.env.main_pid(component):
+                self.env.spawn(component)
+                spawned.append(component)
+        self.env.wait_healthy(components, timeout)
+        # what was really down (and so started again): evidence that the outage took it
+        details = {"restarted": spawned,
+                   "recovered_seconds": round(time.monotonic() - started, 3)}
+        line = self.end("zone_outage", zone, details)
+        return {"target": zone, **details, "time": line["time"] if line else None}
+
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:
         """Record the end of every active fault and revert the ones that outlive processes,
@@ -448,6 +512,12 @@ class FaultInjector:
             if fault["fault"] == "clock_skew" and fault["target"] in self.env.components:
                 # the offset file outlives the processes: a later `up` must start on true time
                 self._clock_file(fault["target"]).unlink(missing_ok=True)
+            if fault["fault"] == "zone_outage":
+                for route in fault.get("details", {}).get("routes", []):
+                    try:
+                        self._route(route, "pass")
+                    except EnvError:
+                        pass  # the proxy is going away with the environment anyway
             if fault["fault"] == "hang":
                 component = fault["target"].split("/")[0]
                 if component in self.env.components:
@@ -489,6 +559,8 @@ class FaultInjector:
             elif kind == "credential_rotation":
                 # forward only: the new credentials are in place, finish by revoking the old
                 self.revoke_retired_credentials()
+            elif kind == "zone_outage":
+                self.restore_zone(target)
             else:
                 self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)

@@ -54,6 +54,31 @@ DEFAULT_QUEUES: tuple[dict[str, object], ...] = (
 DEFAULT_PROJECTS: tuple[str, ...] = ("team-a", "team-b")
 API_REPLICAS = 2
 
+# Every zone holds one API replica and one database member as well as its agents, so one
+# zone's loss (chaos: zone_outage) takes all of them at once while the other zone keeps a
+# replica, the synchronous standby and agents. The reconciler, HAProxy, etcd, the fault proxy,
+# the artifact store and the registry stand for regional services and belong to no zone.
+API_ZONES: dict[str, str] = {"api-1": "zone-a", "api-2": "zone-b"}
+DB_ZONES: dict[str, str] = {"pg-0": "zone-a", "pg-1": "zone-b"}
+
+
+def zone_map(agents: tuple[AgentSpec, ...]) -> dict[str, dict[str, list[str]]]:
+    """What `up` records in env.json under ``zones``: per zone its API replicas, database
+    members, agents and fault-proxy routes (an agent's route to the API, an API replica's
+    route to the database)."""
+    zones = sorted({*API_ZONES.values(), *DB_ZONES.values(), *(a.zone for a in agents)})
+    out: dict[str, dict[str, list[str]]] = {}
+    for zone in zones:
+        api = sorted(n for n, z in API_ZONES.items() if z == zone)
+        members = [a.name for a in agents if a.zone == zone]
+        out[zone] = {
+            "api": api,
+            "database": sorted(n for n, z in DB_ZONES.items() if z == zone),
+            "agents": members,
+            "routes": [f"db-{n}" for n in api] + [f"agent-{n}" for n in members],
+        }
+    return out
+
 
 @dataclass
 class Secrets:

@@ -24,6 +24,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "telemetry-loss",
     "clock-skew",
     "credential-rotation",
+    "zone-outage",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

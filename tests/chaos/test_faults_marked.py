@@ -15,7 +15,8 @@ from infra.environment import FaultDriver
 
 # FaultDriver methods that undo a fault: an action calling only these is not a fault.
 DRIVER_INVERSES = {"resume", "start", "artifact_store_restore", "registry_restore",
-                   "restore_pool", "heal_agent", "heal_database", "restore_all"}
+                   "restore_pool", "heal_agent", "heal_database", "restore_all",
+                   "restore_zone"}
 
 
 def not_exported(module_all: list[str], faults: tuple[str, ...]) -> list[str]:
