@@ -20,6 +20,7 @@ import httpx
 
 from controlplane import storage
 from controlplane.registry import push_minimal_image
+from infra.local import watchdog
 
 VENV_BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +71,8 @@ class ProcessSupervisor:
         popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
         log.close()
+        # the group dies with the test session even when pytest itself is killed
+        watchdog.watch(popen.pid)
         proc = Proc(popen, name)
         self.procs.append(proc)
         return proc
