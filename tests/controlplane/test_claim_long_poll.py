@@ -50,8 +50,16 @@ def test_a_waiting_claim_gets_work_as_soon_as_it_is_routed(cp_stack: ControlPlan
     agent_id = agent.register("lp-1")
     items, took = _claim(agent, agent_id, 0.5)  # starts the API's listener
     assert items == []
-    items, took = _claim(agent, agent_id, 1.0)  # nothing routed: waits its time out
-    assert items == [] and took >= 0.9
+    # Until its LISTEN connection is up the API answers at once (documented); on a busy
+    # machine that takes more than the first claim. Once up, an idle claim waits its time out.
+    deadline = time.monotonic() + 15
+    while True:
+        items, took = _claim(agent, agent_id, 1.0)
+        assert items == []
+        if took >= 0.9 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert took >= 0.9, "the API's listener never came up: every claim answered at once"
     with cf.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(_claim, agent, agent_id, 8.0)  # client timeout: 10 s
         time.sleep(0.5)
