@@ -35,6 +35,7 @@ __all__ = [
     "restore_pool",
     "restore_registry",
     "resume",
+    "roll_release",
     "send_late_reports",
     "start",
     "stop",
@@ -59,6 +60,7 @@ FAULTS = (
     "partition_agent",
     "partition_agent_running",
     "partition_database",
+    "roll_release",
     "send_late_reports",
     "stop",
     "stop_agents_in_region",
@@ -360,6 +362,18 @@ def stop_agents_in_region(region: str, pool: str | None = None,
     if not agents:
         raise ChaosError(f"no agents in region {region!r}" + (f" pool {pool!r}" if pool else ""))
     return {"region": region, "stopped": [ctx.driver.stop(a)["target"] for a in agents]}
+
+
+def roll_release(release: str, components: list[str] | None = None, migrate: bool = True,
+                 configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Rolling upgrade (or rollback) of the control plane to ``release`` (``N`` or ``N+1``):
+    the schema step, then each process one by one, each healthy before the next
+    (infra/local/faults.py roll_release; docs/upgrades.md). ``restore_all`` undoes it."""
+    ctx = _ctx(configuration)
+    roll = getattr(ctx.driver, "roll_release", None)
+    if roll is None:
+        raise ChaosError(f"the {ctx.driver.name} driver cannot roll releases (local only)")
+    return roll(release, components, migrate=migrate)
 
 
 def restore_all(configuration: Configuration = None, secrets: Secrets = None) -> dict:

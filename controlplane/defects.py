@@ -28,10 +28,12 @@ KNOWN: dict[str, str] = {
     "readyz-lies": "/readyz answers 200 while the database is unreachable",
     "leases-never-expire": "expired leases are never noticed, so their work never moves",
     "blocked-never-drain": "blocked work is never routed again when capacity returns",
+    "contract-too-early": "the N+1 migration renames a column release N still reads",
 }
 
 
-# name -> the processes whose code carries it (only those need the switch and a restart)
+# name -> the processes whose code carries it (only those need the switch and a restart;
+# "migrate" is the schema step a rolling upgrade runs, infra/local/env.py roll_release)
 WHERE: dict[str, frozenset[str]] = {
     "ack-before-commit": frozenset({"api"}),
     "idempotency-ignored": frozenset({"api"}),
@@ -43,6 +45,7 @@ WHERE: dict[str, frozenset[str]] = {
     "readyz-lies": frozenset({"api"}),
     "leases-never-expire": frozenset({"reconciler"}),
     "blocked-never-drain": frozenset({"reconciler"}),
+    "contract-too-early": frozenset({"migrate"}),  # the schema step of a rolling upgrade
 }
 
 

@@ -19,7 +19,7 @@ EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
 # core: every failure class (docs/DESIGN.md section 3).
-# full: core + the slower rehearsals (restore from backup).
+# full: core + the slower rehearsals (restore from backup, rolling upgrade).
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
     "core": ("api-replica-loss", "db-primary-loss", "db-unreachable-from-api-replica",
@@ -28,6 +28,7 @@ SUITES: dict[str, tuple[str, ...]] = {
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup")
+SUITES["full"] += ("upgrade",)  # rolling upgrade + expand migration (docs/upgrades.md)
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

@@ -54,6 +54,9 @@ NOT_APPLICABLE = {
     "db-restore-from-backup": "would replace the stack's database: on AWS the restore is a "
                               "point-in-time restore to a new RDS instance, rehearsed on a scratch "
                               "stack by hand (runbooks/db-primary-loss.md B)",
+    "upgrade": "rolls the reference control plane's processes between two releases built into "
+               "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
+               "rehearsal is local only (docs/upgrades.md)",
 }
 
 

@@ -15,6 +15,7 @@ fault                                 inverse
 ``registry_unreachable()``            ``registry_restore()``
 ``withdraw_pool(pool)``               ``restore_pool(pool)``
 ``partition_agent(name)``             ``heal_agent(name)``
+``roll_release(to)`` (rolling)        ``restore_all()`` (default release back)
 ``DatabaseBackups.lose()``            ``DatabaseBackups.restore()`` + ``reopen()`` (infra/local/backup.py)
 ====================================  =====================================
 
@@ -350,6 +351,53 @@ class FaultInjector:
         line = self.end("withdraw_pool", pool, {"agents": members})
         return {"target": pool, "agents": members, "time": line["time"] if line else None}
 
+    # -- releases (rolling upgrade) ---------------------------------------------------------
+    def roll_release(self, to: str, components: list[str] | None = None, *,
+                     migrate: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+        """Rolling upgrade (or rollback) to release ``to``: the schema step first (when
+        ``migrate``), then each component (default: every API replica, the reconciler, every
+        agent) restarted as ``to`` one by one, each healthy before the next. Every step is a
+        fault span on the timeline (``roll_release`` on ``schema`` / the component); while any
+        part runs a release other than the default, ``release_skew`` on ``controlplane`` is
+        active, and ``restore_all`` takes everything back (docs/upgrades.md)."""
+        from controlplane import release
+
+        to = release.parse(to)
+        order = self.env.release_order()
+        targets = list(components) if components else order
+        unknown = [c for c in targets if c not in order]
+        if unknown:
+            raise UnknownTarget(f"roll_release: {unknown} are not control-plane processes; "
+                                f"those are {', '.join(order)}")
+        if not self.is_active("release_skew", "controlplane"):
+            self.begin("release_skew", "controlplane", {"to": to})
+        steps = []
+        if migrate and self.env.schema_release() != to:
+            started = time.monotonic()
+            self.begin("roll_release", "schema", {"from": self.env.schema_release(), "to": to})
+            try:
+                self.env.migrate_schema(to)
+            finally:
+                self.end("roll_release", "schema", {"to": to,
+                                                    "seconds": round(time.monotonic() - started, 3)})
+            steps.append("schema")
+        for component in targets:
+            before = self.env.release_of(component)
+            if before == to:
+                continue
+            started = time.monotonic()
+            self.begin("roll_release", component, {"from": before, "to": to})
+            try:
+                self.env.set_release(component, to, timeout=timeout)
+            finally:
+                self.end("roll_release", component, {
+                    "to": to, "seconds": round(time.monotonic() - started, 3),
+                    "pid": self.env.main_pid(component)})
+            steps.append(component)
+        return {"release": to, "steps": steps,
+                "releases": {c: self.env.release_of(c) for c in order},
+                "schema": self.env.schema_release()}
+
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:
         """Record the end of every active fault and revert the ones that outlive processes,
@@ -401,6 +449,9 @@ class FaultInjector:
                 self.heal_database(target)
             elif kind == "withdraw_pool":
                 self.restore_pool(target)
+            elif kind == "release_skew":
+                changed = self.env.reset_release()
+                self.end(kind, target, {"restored_by": "restore_all", "restarted": changed})
             else:
                 self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)

@@ -22,6 +22,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "agent-connectivity-loss",
     "ineligible-fallback-region",
     "telemetry-loss",
+    "upgrade",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

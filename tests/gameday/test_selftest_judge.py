@@ -31,7 +31,7 @@ def test_the_matrix_covers_every_defect_and_every_failure_class() -> None:
     assert {c.defect for c in MATRIX} == set(defects.KNOWN)
     classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
                "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
-               "agent-connectivity-loss", "ineligible-fallback-region"}
+               "agent-connectivity-loss", "ineligible-fallback-region", "upgrade"}
     assert {c.failure_class for c in MATRIX} == classes
     for c in MATRIX:
         assert c.experiment in SUITES["full"] and c.objective.startswith(c.experiment + ".")
