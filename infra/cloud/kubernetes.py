@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAULT_LABEL",
     "POOL_LABEL",
+    "ZONE_LABEL",
     "Component",
     "KubeTarget",
     "KubernetesFaultError",
@@ -56,6 +57,7 @@ logger = logging.getLogger("chaostoolkit")
 # Mirrors infra/components/common.py and controlplane.py (a test keeps them in sync; not
 # imported because that would pull Pulumi into every chaos run).
 POOL_LABEL = "platform.gameday/pool"
+ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label the kubelet sets on every node
 APP_SELECTOR = {"app.kubernetes.io/name": "controlplane"}
 API_COMPONENT = "api"
 FAULT_LABEL = "gameday.platform/fault"  # put on pods a fault isolates; our policies select it
@@ -486,6 +488,58 @@ class KubernetesFaults:
             label_selector=f"{POOL_LABEL}={undo['pool']}").items}
         back = [n for n in undo["cordoned"] if n in present]  # replaced nodes come uncordoned
         logger.warning("chaos restore_pool: uncordoning %s", back)
+        for node in back:
+            self._chaosk8s(uncordon_node, name=node)
+        self.state.pop(key)
+        return {"target": record["target"], **undo, "uncordoned": back}
+
+    # -- zones ------------------------------------------------------------------------------
+    def zone_outage(self, zone: str) -> dict[str, Any]:
+        """Cordon every node labelled ``topology.kubernetes.io/zone=<zone>`` and delete (grace
+        0) the control-plane and workload pods running there: their controllers recreate them
+        in the other zones. Nodes someone else had cordoned stay cordoned on restore."""
+        key = f"zone_cordon:{zone}"
+        if self.state.get(key) is not None:
+            return {"target": zone, "already": True}
+        core = client.CoreV1Api(self._api())
+        nodes = core.list_node(label_selector=f"{ZONE_LABEL}={zone}").items
+        if not nodes:
+            raise KubernetesFaultError(f"zone_outage: no node labelled {ZONE_LABEL}={zone}")
+        names = sorted(n.metadata.name for n in nodes)
+        ours = sorted(n.metadata.name for n in nodes if not (n.spec and n.spec.unschedulable))
+        undo = {"zone": zone, "cordoned": ours, "already_cordoned": sorted(set(names) - set(ours))}
+        self.state.put(key, "zone_cordon", zone, undo)
+        logger.warning("chaos zone_outage: cordoning %s (%s=%s)", ours, ZONE_LABEL, zone)
+        for node in ours:
+            self._chaosk8s(cordon_node, name=node)
+        namespaces = {self.target.namespace, *self.target.workload_namespaces}
+        deleted = []
+        for node in names:
+            pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            for pod in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name)):
+                if pod.metadata.namespace not in namespaces or pod.metadata.deletion_timestamp:
+                    continue
+                ref = f"{pod.metadata.namespace}/{pod.metadata.name}"
+                logger.warning("chaos zone_outage: deleting pod %s on %s (grace 0)", ref, node)
+                try:
+                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                               body=client.V1DeleteOptions(grace_period_seconds=0))
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise KubernetesFaultError(f"delete pod {ref}: HTTP {exc.status} "
+                                                   f"{exc.reason}") from exc
+                deleted.append(ref)
+        return {"target": zone, **undo, "deleted_pods": deleted}
+
+    def undo_zone_outage(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        present = {n.metadata.name for n in client.CoreV1Api(self._api()).list_node(
+            label_selector=f"{ZONE_LABEL}={undo['zone']}").items}
+        back = [n for n in undo["cordoned"] if n in present]
+        logger.warning("chaos restore_zone: uncordoning %s", back)
         for node in back:
             self._chaosk8s(uncordon_node, name=node)
         self.state.pop(key)
