@@ -119,3 +119,27 @@ def test_contract_too_early_removes_the_column_n_reads(pg_dsn: str, as_release) 
 async def _transition(dsn: str, op_id: str, dst: OpState, **sets: object) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         assert await transition(conn, op_id, dst, actor="test", reason="test", **sets) is not None
+
+
+def test_pooled_connections_survive_the_expand(pg_dsn: str) -> None:
+    """Release N's connections keep working when N+1's expand adds a column: no plan of a
+    `SELECT *` is cached on them (a prepared one fails for good with "cached plan must not
+    change result type")."""
+    from controlplane.db import make_pool
+
+    async def go() -> None:
+        pool = make_pool(pg_dsn, min_size=1, max_size=1)
+        await pool.open()
+        try:
+            async with pool.connection() as conn:
+                for _ in range(8):  # past psycopg's default prepare threshold (5)
+                    await conn.execute("SELECT * FROM operations WHERE id = %s",
+                                       ("00000000-0000-0000-0000-000000000000",))
+                await asyncio.to_thread(migrate, pg_dsn, "N+1")
+                cur = await conn.execute("SELECT * FROM operations WHERE id = %s",
+                                         ("00000000-0000-0000-0000-000000000000",))
+                assert "wait_reason" in [c.name for c in cur.description or []]
+        finally:
+            await pool.close()
+
+    asyncio.run(go())
