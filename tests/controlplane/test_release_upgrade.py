@@ -109,6 +109,8 @@ def test_contract_too_early_removes_the_column_n_reads(pg_dsn: str, as_release) 
     migrate(pg_dsn)
     assert "pending_reason" not in _columns(pg_dsn) and "wait_reason" in _columns(pg_dsn)
     assert release.wait_reason(_row(pg_dsn, op_id), "N+1") is None  # N+1 still works
+    asyncio.run(_transition(pg_dsn, op_id, OpState.QUEUED, pending_reason="capacity"))
+    assert _row(pg_dsn, op_id)["wait_reason"] == "capacity"  # it writes the new column only
     with pytest.raises(KeyError):
         release.wait_reason(_row(pg_dsn, op_id), "N")  # N does not
     as_release("N")
