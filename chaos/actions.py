@@ -39,6 +39,7 @@ __all__ = [
     "resume",
     "revoke_retired_credentials",
     "rotate_credentials",
+    "roll_release",
     "send_late_reports",
     "skew_clock",
     "start",
@@ -66,6 +67,7 @@ FAULTS = (
     "partition_agent_running",
     "partition_database",
     "rotate_credentials",
+    "roll_release",
     "send_late_reports",
     "skew_clock",
     "stop",
@@ -415,6 +417,18 @@ def stop_agents_in_region(region: str, pool: str | None = None,
     if not agents:
         raise ChaosError(f"no agents in region {region!r}" + (f" pool {pool!r}" if pool else ""))
     return {"region": region, "stopped": [ctx.driver.stop(a)["target"] for a in agents]}
+
+
+def roll_release(release: str, components: list[str] | None = None, migrate: bool = True,
+                 configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Rolling upgrade (or rollback) of the control plane to ``release`` (``N`` or ``N+1``):
+    the schema step, then each process one by one, each healthy before the next
+    (infra/local/faults.py roll_release; docs/upgrades.md). ``restore_all`` undoes it."""
+    ctx = _ctx(configuration)
+    roll = getattr(ctx.driver, "roll_release", None)
+    if roll is None:
+        raise ChaosError(f"the {ctx.driver.name} driver cannot roll releases (local only)")
+    return roll(release, components, migrate=migrate)
 
 
 def restore_all(configuration: Configuration = None, secrets: Secrets = None) -> dict:

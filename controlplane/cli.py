@@ -30,7 +30,16 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 def group() -> None:
-    """The reference ML control plane: API, reconciler, agent, migrations."""
+    """The reference ML control plane: API, reconciler, agent, migrations.
+
+    CONTROLPLANE_RELEASE=N|N+1 picks the release every subcommand runs as (default N;
+    docs/upgrades.md)."""
+    from controlplane import release
+
+    try:
+        release.current()
+    except release.UnknownRelease as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @group.command()
@@ -39,7 +48,14 @@ def group() -> None:
               help="Also register the agent token held in environment variable NAME "
               "(idempotent; repeatable). From the environment, never argv: argv is visible "
               "to every process on the node.")
-def migrate(dsn: str | None, token_envs: tuple[str, ...]) -> None:
+@click.option("--release", "release_name", type=click.Choice(["N", "N+1"]), default=None,
+              help="Bring the schema to what this release runs on (default: "
+              "CONTROLPLANE_RELEASE, else N). N+1 applies the expand migration.")
+@click.option("--allow-downgrade", is_flag=True,
+              help="Take a schema newer than RELEASE needs back to it (only once no process of "
+              "the newer release runs; docs/upgrades.md).")
+def migrate(dsn: str | None, token_envs: tuple[str, ...], release_name: str | None,
+            allow_downgrade: bool) -> None:
     """Apply the schema migrations (idempotent; replicas may run it at once)."""
     import psycopg
 
@@ -55,7 +71,7 @@ def migrate(dsn: str | None, token_envs: tuple[str, ...]) -> None:
             raise click.ClickException(f"--agent-token-env {name}: token too short (at least "
                                        "16 characters)")
         tokens.append(value)
-    head = run_migrate(resolve_dsn(dsn))
+    head = run_migrate(resolve_dsn(dsn), release_name, allow_downgrade=allow_downgrade)
     click.echo(f"schema at revision {head}")
     if tokens:
         with psycopg.connect(resolve_dsn(dsn)) as conn:

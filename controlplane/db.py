@@ -27,6 +27,11 @@ def resolve_dsn(dsn: str | None) -> str:
 
 
 IDLE_CHECK_SECONDS = 1.0
+# No server-side prepared statements: a plan prepared for `SELECT * FROM operations` (or
+# `RETURNING *`) fails with "cached plan must not change result type" on that connection for
+# good once an expand migration adds a column, so a release holding such plans cannot survive
+# the next release's expand (found by the upgrade rehearsal, docs/upgrades.md).
+CONNECT_KWARGS: dict[str, object] = {"prepare_threshold": None}
 
 
 async def _mark_returned(conn: psycopg.AsyncConnection) -> None:
@@ -46,7 +51,7 @@ def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnec
         dsn, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
         check=_check_if_idle, reset=_mark_returned,
         kwargs={"autocommit": True, "connect_timeout": 3,
-                "application_name": "controlplane"},
+                "application_name": "controlplane", **CONNECT_KWARGS},
     )
 
 
@@ -65,14 +70,41 @@ async def connection(pool: AsyncConnectionPool,
         raise StoreUnavailable(str(exc)) from exc
 
 
-def migrate(dsn: str) -> str:
-    """Apply all migrations (idempotent). Returns the head revision."""
+def release_target(script: object, release: str) -> str:
+    """The schema revision ``release`` runs on: head for N+1, the revision just before the
+    expand migration for N (controlplane/release.py)."""
+    from controlplane.release import EXPAND_REVISION
+
+    if release == "N+1":
+        return "head"
+    down = script.get_revision(EXPAND_REVISION).down_revision  # type: ignore[attr-defined]
+    return str(down)
+
+
+def _has(script: object, current: str | None, revision: str) -> bool:
+    if not current:
+        return False
+    return any(r.revision == revision
+               for r in script.iterate_revisions(current, "base"))  # type: ignore[attr-defined]
+
+
+def migrate(dsn: str, release: str | None = None, *, allow_downgrade: bool = False) -> str:
+    """Bring the schema to what ``release`` (default: this process's, controlplane/release.py)
+    runs on; idempotent. Never goes back unless ``allow_downgrade``: a schema newer than the
+    release needs is left alone (N runs on the expanded schema by design). Returns the
+    revision the database is at."""
     from alembic import command
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
+    from controlplane.release import EXPAND_REVISION, current, parse
+
+    release = parse(release) if release else current()
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
+    script = ScriptDirectory.from_config(cfg)
+    target = release_target(script, release)
     import sqlalchemy
 
     engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn),
@@ -81,9 +113,14 @@ def migrate(dsn: str) -> str:
         conn.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})")
         try:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            at = MigrationContext.configure(conn).get_current_revision()
+            if target == "head" or not _has(script, at, EXPAND_REVISION):
+                command.upgrade(cfg, target)
+            elif allow_downgrade:
+                command.downgrade(cfg, target)
             conn.commit()
+            at = MigrationContext.configure(conn).get_current_revision()
         finally:
             conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})")
             conn.commit()
-    return ScriptDirectory.from_config(cfg).get_current_head() or ""
+    return at or ""

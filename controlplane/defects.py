@@ -31,10 +31,12 @@ KNOWN: dict[str, str] = {
     "lease-from-agent-clock": "a lease is measured from the agent's own clock, not the database's",
     "token-cached-forever": "the agent keeps its first token forever: rotation breaks it",
     "zone-sticky-retry": "a retry is routed only to the zone of its previous attempt",
+    "contract-too-early": "the N+1 migration renames a column release N still reads",
 }
 
 
-# name -> the processes whose code carries it (only those need the switch and a restart)
+# name -> the processes whose code carries it (only those need the switch and a restart;
+# "migrate" is the schema step a rolling upgrade runs, infra/local/env.py roll_release)
 WHERE: dict[str, frozenset[str]] = {
     "ack-before-commit": frozenset({"api"}),
     "idempotency-ignored": frozenset({"api"}),
@@ -49,6 +51,7 @@ WHERE: dict[str, frozenset[str]] = {
     "lease-from-agent-clock": frozenset({"api"}),  # the API trusts the time agents send
     "token-cached-forever": frozenset({"agent"}),
     "zone-sticky-retry": frozenset({"reconciler"}),
+    "contract-too-early": frozenset({"migrate"}),  # the schema step of a rolling upgrade
 }
 
 

@@ -71,7 +71,8 @@ class Reconciler:
                     if conn is None or conn.closed:
                         conn = await psycopg.AsyncConnection.connect(
                             self.s.dsn, autocommit=True, connect_timeout=3,
-                            application_name="reconciler")
+                            application_name="reconciler",
+                            prepare_threshold=None)  # expand-safe: controlplane/db.py CONNECT_KWARGS
                     await self.tick(conn)
                     if loop.time() - last_gauges >= self.s.gauge_interval:
                         await self.export_gauges(conn)

@@ -57,6 +57,7 @@ MATRIX: tuple[Case, ...] = (
          "node-interruption-checkpoint.rpo.checkpoint_progress"),
     Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
          "ineligible-fallback-region.invariant.eligible-placement"),
+    Case("upgrade", "contract-too-early", "upgrade", "upgrade.invariant.served-after-detection"),
 )
 MATRIX += (
     Case("clock-skew", "lease-from-agent-clock", "clock-skew",

@@ -19,7 +19,8 @@ EXPERIMENT_DIR = Path(__file__).resolve().parent.parent / "chaos" / "experiments
 
 # ci: the three classes that guard the core promise (durable intake, failover, fencing), <= 3 min.
 # core: every failure class (docs/DESIGN.md section 3).
-# full: core + the slower rehearsals (restore from backup) and the classes beyond the core.
+# full: core + the slower rehearsals (restore from backup, rolling upgrade) and the classes
+# beyond the core.
 SUITES: dict[str, tuple[str, ...]] = {
     "ci": ("api-replica-loss", "db-primary-loss", "agent-connectivity-loss"),
     "core": ("api-replica-loss", "db-primary-loss", "db-unreachable-from-api-replica",
@@ -28,8 +29,10 @@ SUITES: dict[str, tuple[str, ...]] = {
              "node-interruption-checkpoint", "ineligible-fallback-region"),
 }
 # credential rotation replaces the environment's credentials for good: full only
+# The upgrade leaves the schema expanded (release N runs on it by design, docs/upgrades.md):
+# last, so every other class runs on the schema it was written for.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
-                  "zone-outage")
+                  "zone-outage", "telemetry-loss", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane import release
+
 OP_FIELDS = ("name", "queue", "priority", "workload", "resources", "placement", "max_retries",
              "timeout_seconds", "labels", "workload_class")
 
@@ -13,7 +15,7 @@ def operation(row: dict[str, Any], project: str | None) -> dict[str, Any]:
     doc = {k: spec.get(k) for k in OP_FIELDS}
     doc.update({
         "id": str(row["id"]), "project": project, "state": row["state"],
-        "state_reason": row["state_reason"], "pending_reason": row["pending_reason"],
+        "state_reason": row["state_reason"], "pending_reason": release.wait_reason(row),
         "attempt_count": row["attempt_count"], "idempotency_key": row["idempotency_key"],
         "current_attempt_id": _s(row["current_attempt_id"]), "pinned_agent": row["pinned_agent"],
         "created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat(),

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
-from controlplane import defects, routing
+from controlplane import defects, release, routing
 from controlplane.routing import Destination, Outcome, Requirement
 from controlplane.states import ActiveAttemptStates, OpState
 from controlplane.store import Conflict, NotFound
@@ -177,7 +177,8 @@ async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Des
                              data={"rejected": decision.rejected})
         elif op["state_reason"] != decision.reason:
             await conn.execute(
-                "UPDATE operations SET state_reason = %s, pending_reason = %s WHERE id = %s",
+                sql.SQL("UPDATE operations SET state_reason = %s, {} = %s WHERE id = %s").format(
+                    sql.Identifier(release.wait_reason_column())),
                 (decision.reason, decision.pending_reason.value, op["id"]))  # type: ignore[union-attr]
         return
     if decision.outcome is Outcome.WAIT:
@@ -218,9 +219,10 @@ async def _wait(conn: AsyncConnection, op: dict[str, Any], pending: str, reason:
     if op["state"] != OpState.QUEUED:
         await transition(conn, op["id"], OpState.QUEUED, actor=ACTOR, reason=reason,
                          pending_reason=pending)
-    elif op["pending_reason"] != pending or op["state_reason"] != reason:
+    elif release.wait_reason(op) != pending or op["state_reason"] != reason:
         await conn.execute(
-            "UPDATE operations SET pending_reason = %s, state_reason = %s WHERE id = %s",
+            sql.SQL("UPDATE operations SET {} = %s, state_reason = %s WHERE id = %s").format(
+                sql.Identifier(release.wait_reason_column())),
             (pending, reason, op["id"]))
 
 
@@ -341,10 +343,10 @@ async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[s
                  ON o.queue = q.name AND o.state IN ('accepted', 'queued', 'blocked')
                GROUP BY q.name""")
         ages = {r["queue"]: float(r["age"]) for r in await cur.fetchall()}
-        await cur.execute(
-            "SELECT queue, coalesce(pending_reason, 'none') AS reason, count(*) AS n"
+        await cur.execute(sql.SQL(
+            "SELECT queue, coalesce({col}, 'none') AS reason, count(*) AS n"
             " FROM operations WHERE state IN ('accepted', 'queued', 'blocked', 'retrying')"
-            " GROUP BY queue, pending_reason")
+            " GROUP BY queue, {col}").format(col=sql.Identifier(release.wait_reason_column())))
         pending = [(r["queue"], r["reason"], r["n"]) for r in await cur.fetchall()]
         await cur.execute(
             "SELECT count(*) AS n FROM attempts WHERE state = 'running'"

@@ -46,7 +46,7 @@ def payload_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-# unnest keeps the group one statement with a fixed text (prepared once per connection) whatever
+# unnest keeps the group one statement with a fixed text (one plan shape) whatever
 # its size. The ORDER BY makes every group take its unique-index locks in the same order, so two
 # groups holding the same keys (a client retrying on two replicas) cannot deadlock.
 _SUBMIT_MANY = """

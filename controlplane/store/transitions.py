@@ -8,6 +8,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from controlplane import release
 from controlplane.states import OpState, sources_of
 
 # Columns a transition may set besides state/state_reason (kept explicit: no SQL from input).
@@ -38,14 +39,16 @@ async def transition(
         "actor": actor, "attempt_id": attempt_id, "kind": kind,
         "data": Jsonb(data) if data is not None else None,
     }
+    wait_col = release.wait_reason_column()  # pending_reason is renamed in N+1
     for col, value in sets.items():
         if isinstance(value, dict):
             value = Jsonb(value)
-        assignments.append(sql.SQL("{} = {}").format(sql.Identifier(col), sql.Placeholder(col)))
+        name = wait_col if col == "pending_reason" else col
+        assignments.append(sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(col)))
         params[col] = value
     if dst in (OpState.QUEUED, OpState.SUCCEEDED, OpState.FAILED, OpState.CANCELED,
                OpState.RUNNING, OpState.DISPATCHED) and "pending_reason" not in sets:
-        assignments.append(sql.SQL("pending_reason = NULL"))
+        assignments.append(sql.SQL("{} = NULL").format(sql.Identifier(wait_col)))
     query = sql.SQL("""
         WITH t AS (
             UPDATE operations o SET {assignments}

@@ -354,6 +354,12 @@ class CloudFaults:
             return {"target": zone, "already": True}
         return {"target": zone, "network": network, "nodes": nodes}
 
+
+    def drain_node(self, node: str, timeout: float | None = None) -> dict[str, Any]:
+        """Cordon + evict through the eviction API (PodDisruptionBudgets honoured; never a
+        plain delete); restore_all uncordons."""
+        return self.k8s.drain_node(node, timeout)
+
     # -- all --------------------------------------------------------------------------------
     def _undo(self, key: str) -> dict[str, Any] | None:
         record = self.state.get(key)
@@ -368,6 +374,8 @@ class CloudFaults:
             return self.k8s.registry_restore()
         if fault == "artifact_store_unreachable":
             return self.aws.artifact_store_restore()
+        if fault == "drain_node":
+            return self.k8s.undo_drain(key)
         if fault == "withdraw_pool":
             mode = record["undo"]["mode"]
             if mode == "nodepool":

@@ -63,6 +63,9 @@ NOT_APPLICABLE = {
     "clock-skew": "steps a process's wall clock through its injectable clock source, which "
                   "only the local environment's processes read (docs/clock.md); the cloud "
                   "drivers do not step node clocks",
+    "upgrade": "rolls the reference control plane's processes between two releases built into "
+               "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
+               "rehearsal is local only (docs/upgrades.md)",
 }
 
 

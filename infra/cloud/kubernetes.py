@@ -545,6 +545,76 @@ class KubernetesFaults:
         self.state.pop(key)
         return {"target": record["target"], **undo, "uncordoned": back}
 
+    # -- node drain (rolling upgrade of nodes) ---------------------------------------------
+    def drain_node(self, node: str, timeout: float | None = None,
+                   retry_seconds: float = 5.0) -> dict[str, Any]:
+        """Cordon one node and evict its pods through the eviction API, so every
+        PodDisruptionBudget is honoured: an eviction the API refuses (429, the budget has no
+        disruption left) is retried every ``retry_seconds`` until ``timeout``, never replaced
+        by a plain delete. DaemonSet and mirror pods stay, as with ``kubectl drain``. Raises
+        when pods are still there at the deadline (the node stays cordoned; restore uncordons).
+        Never run against a real cluster from this repository (docs/upgrades.md)."""
+        import time
+
+        key = f"drain_node:{node}"
+        if self.state.get(key) is not None:
+            return {"target": node, "already": True}
+        core = client.CoreV1Api(self._api())
+        found = core.list_node(field_selector=f"metadata.name={node}").items
+        if not found:
+            raise KubernetesFaultError(f"drain_node: no node named {node!r}")
+        was_cordoned = bool(found[0].spec and found[0].spec.unschedulable)
+        undo = {"node": node, "cordoned": not was_cordoned}
+        self.state.put(key, "drain_node", node, undo)
+        if not was_cordoned:
+            logger.warning("chaos drain_node: cordoning %s", node)
+            self._chaosk8s(cordon_node, name=node)
+        pending = [p for p in core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}").items if _evictable(p)]
+        deadline = time.monotonic() + (timeout if timeout is not None else self.target.drain_timeout)
+        evicted: list[str] = []
+        refused: dict[str, int] = {}
+        while pending:
+            waiting = []
+            for pod in pending:
+                ref = f"{pod.metadata.namespace}/{pod.metadata.name}"
+                body = client.V1Eviction(metadata=client.V1ObjectMeta(
+                    name=pod.metadata.name, namespace=pod.metadata.namespace))
+                try:
+                    core.create_namespaced_pod_eviction(pod.metadata.name,
+                                                        pod.metadata.namespace, body)
+                    evicted.append(ref)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        continue  # gone already
+                    if exc.status != 429:
+                        raise KubernetesFaultError(f"drain_node {node}: evicting {ref}: "
+                                                   f"HTTP {exc.status} {exc.reason}") from exc
+                    refused[ref] = refused.get(ref, 0) + 1  # a PodDisruptionBudget says no
+                    waiting.append(pod)
+            pending = waiting
+            if pending and time.monotonic() + retry_seconds > deadline:
+                names = sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pending)
+                raise KubernetesFaultError(
+                    f"drain_node {node}: PodDisruptionBudgets still refuse evicting {names} "
+                    "at the deadline; the node stays cordoned (restore_all uncordons it)")
+            if pending:
+                logger.warning("chaos drain_node: %d eviction(s) refused by a "
+                               "PodDisruptionBudget; retrying in %.0fs", len(pending), retry_seconds)
+                time.sleep(retry_seconds)
+        return {"target": node, **undo, "evicted": evicted, "refused_by_pdb": refused}
+
+    def undo_drain(self, key: str) -> dict[str, Any] | None:
+        record = self.state.get(key)
+        if record is None:
+            return None
+        undo = record["undo"]
+        if undo["cordoned"]:  # a node someone else had cordoned stays cordoned
+            logger.warning("chaos restore drain_node: uncordoning %s", undo["node"])
+            self._chaosk8s(uncordon_node, name=undo["node"])
+        self.state.pop(key)
+        return {"target": record["target"], **undo}
+
     # -- Karpenter NodePools ----------------------------------------------------------------
     def _custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self._api())
@@ -636,6 +706,17 @@ def _limits_patch(limits: dict[str, str] | None, current: dict[str, Any],
     exact = None if limits is None else {**{k: None for k in current}, **limits}
     return {"metadata": {"annotations": {ORIGINAL_LIMITS_ANNOTATION: original}},
             "spec": {"limits": exact}}
+
+
+def _evictable(pod: client.V1Pod) -> bool:
+    """What `kubectl drain` evicts: not DaemonSet pods, not mirror (static) pods, not
+    pods already finished."""
+    owners = pod.metadata.owner_references or []
+    if any(o.kind == "DaemonSet" for o in owners):
+        return False
+    if "kubernetes.io/config.mirror" in (pod.metadata.annotations or {}):
+        return False
+    return not (pod.status and pod.status.phase in ("Succeeded", "Failed"))
 
 
 def _ours(pol: client.V1NetworkPolicy) -> bool:

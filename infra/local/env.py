@@ -685,6 +685,84 @@ class LocalEnvironment:
             self.restart(changed)
         return changed
 
+    # -- releases (rolling upgrades, docs/upgrades.md) -------------------------------------
+    def release_order(self) -> list[str]:
+        """The control-plane processes in the order a rolling upgrade takes them: API
+        replicas, then the reconciler, then the agents."""
+        rank = {"api": 0, "reconciler": 1, "agent": 2}
+        names = [n for n, s in self.components.items() if s.kind in rank]
+        return sorted(names, key=lambda n: (rank[self.components[n].kind], names.index(n)))
+
+    def release_of(self, component: str) -> str:
+        from controlplane import release
+
+        return release.parse(self.components[component].env.get(release.ENV))
+
+    def schema_release(self) -> str:
+        return str(self.info.get("schema_release", "N"))
+
+    def migrate_schema(self, to: str, *, allow_downgrade: bool = False) -> None:
+        """Run `gameday controlplane migrate --release TO` against the environment's database,
+        as a deploy job would: with the seeded defects that live in the schema step on
+        (controlplane/defects.py WHERE "migrate"; test only)."""
+        from controlplane import defects
+        from controlplane.db import DSN_ENV
+        from infra.local.components import gameday_argv
+
+        extra = {DSN_ENV: self.endpoints["dsn"]}
+        mine = sorted(d for d in self.info.get("defects", []) if "migrate" in defects.WHERE[d])
+        if mine:
+            extra[defects.ENV] = ",".join(mine)
+        argv = gameday_argv("controlplane", "migrate", "--release", to)
+        self._run_step("migrate", argv + (["--allow-downgrade"] if allow_downgrade else []),
+                       env_extra=extra)
+        self.info["schema_release"] = to
+        self._write_info()
+
+    def set_release(self, component: str, to: str, *, wait: bool = True,
+                    timeout: float = 60.0) -> bool:
+        """Restart one control-plane process as release ``to`` (SIGTERM, drain, start, wait
+        healthy). False when it already runs that release (nothing restarted)."""
+        from controlplane import release
+
+        spec = self.components[component]
+        env = {k: v for k, v in spec.env.items() if k != release.ENV}
+        if release.parse(to) != release.DEFAULT:
+            env[release.ENV] = to
+        if env == spec.env:
+            return False
+        self.components[component] = dataclasses.replace(spec, env=env)
+        self._write_info()
+        if wait:
+            self.restart([component], timeout)
+        return True
+
+    def reset_release(self, timeout: float = 60.0) -> list[str]:
+        """Everything back to the default release: processes first (without waiting, so a
+        broken schema cannot wedge the restore), then the schema, then wait for all."""
+        from controlplane import release
+
+        changed = [n for n in self.release_order()
+                   if self.set_release(n, release.DEFAULT, wait=False)]
+        if changed:
+            pids = {n: self.component_pids(n) for n in changed}
+            for name in changed:
+                record = self.pid_record(name)
+                if record and self.main_pid(name):
+                    procs.signal_group(record["pgid"], signal.SIGTERM)
+            left = procs.wait_gone([p for ps in pids.values() for p in ps], 10.0)
+            procs.signal_pids(left, signal.SIGKILL)
+            procs.wait_gone(left, 5.0)
+        if self.schema_release() != release.DEFAULT:
+            self.migrate_schema(release.DEFAULT, allow_downgrade=True)
+        for name in changed:
+            procs.wait_reaped(self.component_pids(name), 3.0)
+            self.spawn(name)
+        self.wait_healthy(changed, timeout)
+        if changed:
+            self.note("release", {"release": release.DEFAULT, "restarted": changed})
+        return changed
+
     # -- status -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """env.json plus live health of each component (secrets left out)."""

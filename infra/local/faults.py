@@ -16,6 +16,7 @@ fault                                 inverse
 ``withdraw_pool(pool)``               ``restore_pool(pool)``
 ``partition_agent(name)``             ``heal_agent(name)``
 ``skew_clock(target, seconds)``       ``restore_clock(target)``
+``roll_release(to)`` (rolling)        ``restore_all()`` (default release back)
 ``DatabaseBackups.lose()``            ``DatabaseBackups.restore()`` + ``reopen()`` (infra/local/backup.py)
 ``zone_outage(zone)``                 ``restore_zone(zone)``
 ====================================  =====================================
@@ -494,6 +495,54 @@ class FaultInjector:
         line = self.end("zone_outage", zone, details)
         return {"target": zone, **details, "time": line["time"] if line else None}
 
+
+    # -- releases (rolling upgrade) ---------------------------------------------------------
+    def roll_release(self, to: str, components: list[str] | None = None, *,
+                     migrate: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+        """Rolling upgrade (or rollback) to release ``to``: the schema step first (when
+        ``migrate``), then each component (default: every API replica, the reconciler, every
+        agent) restarted as ``to`` one by one, each healthy before the next. Every step is a
+        fault span on the timeline (``roll_release`` on ``schema`` / the component); while any
+        part runs a release other than the default, ``release_skew`` on ``controlplane`` is
+        active, and ``restore_all`` takes everything back (docs/upgrades.md)."""
+        from controlplane import release
+
+        to = release.parse(to)
+        order = self.env.release_order()
+        targets = list(components) if components else order
+        unknown = [c for c in targets if c not in order]
+        if unknown:
+            raise UnknownTarget(f"roll_release: {unknown} are not control-plane processes; "
+                                f"those are {', '.join(order)}")
+        if not self.is_active("release_skew", "controlplane"):
+            self.begin("release_skew", "controlplane", {"to": to})
+        steps = []
+        if migrate and self.env.schema_release() != to:
+            started = time.monotonic()
+            self.begin("roll_release", "schema", {"from": self.env.schema_release(), "to": to})
+            try:
+                self.env.migrate_schema(to)
+            finally:
+                self.end("roll_release", "schema", {"to": to,
+                                                    "seconds": round(time.monotonic() - started, 3)})
+            steps.append("schema")
+        for component in targets:
+            before = self.env.release_of(component)
+            if before == to:
+                continue
+            started = time.monotonic()
+            self.begin("roll_release", component, {"from": before, "to": to})
+            try:
+                self.env.set_release(component, to, timeout=timeout)
+            finally:
+                self.end("roll_release", component, {
+                    "to": to, "seconds": round(time.monotonic() - started, 3),
+                    "pid": self.env.main_pid(component)})
+            steps.append(component)
+        return {"release": to, "steps": steps,
+                "releases": {c: self.env.release_of(c) for c in order},
+                "schema": self.env.schema_release()}
+
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:
         """Record the end of every active fault and revert the ones that outlive processes,
@@ -561,6 +610,9 @@ class FaultInjector:
                 self.revoke_retired_credentials()
             elif kind == "zone_outage":
                 self.restore_zone(target)
+            elif kind == "release_skew":
+                changed = self.env.reset_release()
+                self.end(kind, target, {"restored_by": "restore_all", "restarted": changed})
             else:
                 self.end(kind, target, {"restored_by": "restore_all"})
             restored.append(key)

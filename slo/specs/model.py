@@ -25,6 +25,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "clock-skew",
     "credential-rotation",
     "zone-outage",
+    "upgrade",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

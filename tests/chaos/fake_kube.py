@@ -48,6 +48,8 @@ class FakeCluster:
                    for o in data.get(kind, [])}
             for kind in ("deployments", "pods", "nodes", "networkpolicies", *CUSTOM)}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, "ns/name")
+        # "ns/name" -> how many more evictions a PodDisruptionBudget refuses (HTTP 429)
+        self.pdb_refusals: dict[str, int] = {}
         self._ser = client.ApiClient()
 
     def snapshot(self) -> dict[str, Any]:
@@ -104,6 +106,10 @@ class FakeCluster:
 
     def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any, **_: Any) -> None:
         self._get("pods", namespace, name)
+        if self.pdb_refusals.get(f"{namespace}/{name}", 0) > 0:
+            self.pdb_refusals[f"{namespace}/{name}"] -= 1
+            self.writes.append(("evict-refused", "pod", f"{namespace}/{name}"))
+            raise ApiException(status=429, reason="Too Many Requests")
         self.writes.append(("evict", "pod", f"{namespace}/{name}"))
         del self.objects["pods"][(namespace, name)]
 

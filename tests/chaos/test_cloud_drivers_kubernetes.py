@@ -260,3 +260,47 @@ def test_kubernetes_destructive_calls_log_their_target_stubbed_client(
         kube.stop("agent:gpu")
     text = caplog.text
     assert "controlplane-reconciler-5c6b-klmno" in text and "controlplane-agent-gpu" in text
+
+
+NODE = "ip-10-10-2-20.eu-west-1.compute.internal"  # api, agent-cpu and agent-gpu pods
+
+
+def test_kubernetes_drain_node_waits_out_pdb_refusals_and_never_deletes_stubbed_client(
+        kube: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    nodes_before = normalized(fake_cluster)["nodes"]
+    api = f"{CP}/controlplane-api-7d9f-fghij"
+    fake_cluster.pdb_refusals[api] = 2  # the API's PDB allows no disruption, twice
+    result = kube.drain_node(NODE, timeout=10, retry_seconds=0.01)
+    assert result["refused_by_pdb"] == {api: 2}
+    assert sorted(result["evicted"]) == sorted(
+        [api, f"{CP}/controlplane-agent-cpu-6f7a-pqrst", f"{CP}/controlplane-agent-gpu-8b9c-uvwxy"])
+    assert not [w for w in fake_cluster.writes if w[0] == "delete"]  # evictions only
+    assert [w[0] for w in fake_cluster.writes if w[2] == api] == [
+        "evict-refused", "evict-refused", "evict"]
+    assert fake_cluster.objects["nodes"][("", NODE)]["spec"]["unschedulable"] is True
+    assert kube.drain_node(NODE)["already"] is True
+    kube.undo_drain(f"drain_node:{NODE}")
+    assert normalized(fake_cluster)["nodes"] == nodes_before
+    assert kube.undo_drain(f"drain_node:{NODE}") is None
+
+
+def test_kubernetes_drain_node_gives_up_at_the_deadline_keeping_the_pod_stubbed_client(
+        kube: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    api = f"{CP}/controlplane-api-7d9f-fghij"
+    fake_cluster.pdb_refusals[api] = 10**6
+    with pytest.raises(KubernetesFaultError, match="PodDisruptionBudgets still refuse"):
+        kube.drain_node(NODE, timeout=0.05, retry_seconds=0.01)
+    assert (CP, "controlplane-api-7d9f-fghij") in fake_cluster.objects["pods"]
+    assert kube.state.get(f"drain_node:{NODE}") is not None  # restore_all will uncordon
+
+
+def test_kubernetes_drain_node_leaves_daemonset_pods_and_prior_cordon_stubbed_client(
+        kube: KubernetesFaults, fake_cluster: FakeCluster) -> None:
+    cordoned = "ip-10-10-3-32.eu-west-1.compute.internal"  # cordoned by someone else
+    assert kube.drain_node(cordoned, timeout=1)["cordoned"] is False
+    kube.undo_drain(f"drain_node:{cordoned}")
+    assert fake_cluster.objects["nodes"][("", cordoned)]["spec"]["unschedulable"] is True
+    result = kube.drain_node("ip-10-10-3-31.eu-west-1.compute.internal", timeout=1)
+    assert result["evicted"] == ["mlp-workloads/train-op-42-attempt-1-z9x8y"]  # aws-node stays
+    with pytest.raises(KubernetesFaultError, match="no node named"):
+        kube.drain_node("no-such-node")
