@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from controlplane import clock, defects, metrics
+from controlplane.db import CONNECT_KWARGS
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import agents as agent_store
 from controlplane.store import scheduling
@@ -72,7 +73,7 @@ class Reconciler:
                         conn = await psycopg.AsyncConnection.connect(
                             self.s.dsn, autocommit=True, connect_timeout=3,
                             application_name="reconciler",
-                            prepare_threshold=None)  # expand-safe: controlplane/db.py CONNECT_KWARGS
+                            **CONNECT_KWARGS)  # expand-safe prepared statements
                     await self.tick(conn)
                     if loop.time() - last_gauges >= self.s.gauge_interval:
                         await self.export_gauges(conn)
