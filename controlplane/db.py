@@ -27,11 +27,6 @@ def resolve_dsn(dsn: str | None) -> str:
 
 
 IDLE_CHECK_SECONDS = 1.0
-# No server-side prepared statements: a plan prepared for `SELECT * FROM operations` (or
-# `RETURNING *`) fails with "cached plan must not change result type" on that connection for
-# good once an expand migration adds a column, so a release holding such plans cannot survive
-# the next release's expand (found by the upgrade rehearsal, docs/upgrades.md).
-CONNECT_KWARGS: dict[str, object] = {"prepare_threshold": None}
 
 
 async def _mark_returned(conn: psycopg.AsyncConnection) -> None:
@@ -51,7 +46,7 @@ def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnec
         dsn, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
         check=_check_if_idle, reset=_mark_returned,
         kwargs={"autocommit": True, "connect_timeout": 3,
-                "application_name": "controlplane", **CONNECT_KWARGS},
+                "application_name": "controlplane"},
     )
 
 

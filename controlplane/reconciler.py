@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import psycopg
 
 from controlplane import clock, defects, metrics
-from controlplane.db import CONNECT_KWARGS
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import agents as agent_store
 from controlplane.store import scheduling
@@ -72,8 +71,7 @@ class Reconciler:
                     if conn is None or conn.closed:
                         conn = await psycopg.AsyncConnection.connect(
                             self.s.dsn, autocommit=True, connect_timeout=3,
-                            application_name="reconciler",
-                            **CONNECT_KWARGS)  # expand-safe prepared statements
+                            application_name="reconciler")
                     await self.tick(conn)
                     if loop.time() - last_gauges >= self.s.gauge_interval:
                         await self.export_gauges(conn)

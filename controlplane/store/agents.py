@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from controlplane import defects
 from controlplane.policy import ErrorKind, decide_retry
 from controlplane.states import ActiveAttemptStates, OpState
-from controlplane.store import Conflict, NotFound, StaleReport
+from controlplane.store import Conflict, NotFound, StaleReport, columns
 from controlplane.store.operations import NOTIFY_CHANNEL
 from controlplane.store.transitions import db_now, record_event, transition
 
@@ -132,7 +132,8 @@ async def _fenced_attempt(conn: AsyncConnection, attempt_id: str, token: int) ->
     """Lock the attempt and check the caller still owns it; raise StaleReport if not."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT t.*, o.state AS op_state, o.max_retries, a.name AS agent_name, a.pool,"
+            f"SELECT {columns.of('attempts', 't')}, o.state AS op_state, o.max_retries,"
+            " a.name AS agent_name, a.pool,"
             " extract(epoch FROM now() - t.created_at) AS age_seconds"
             " FROM attempts t JOIN operations o ON o.id = t.operation_id"
             " JOIN agents a ON a.id = t.agent_id WHERE t.id = %s::uuid FOR UPDATE OF t, o",
@@ -365,7 +366,8 @@ async def note_agent_failure(conn: AsyncConnection, agent_id: Any, op_id: Any, a
 async def list_agents(conn: AsyncConnection, alive_seconds: float) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            """SELECT a.*, a.last_heartbeat_at > now() - make_interval(secs => %s) AS alive,
+            f"""SELECT {columns.of("agents", "a")},
+                      a.last_heartbeat_at > now() - make_interval(secs => %s) AS alive,
                       CASE WHEN a.breaker_override IS NOT NULL THEN a.breaker_override = 'open'
                            ELSE coalesce(a.breaker_open_until > now(), false) END AS breaker_open
                FROM agents a ORDER BY a.name""", (alive_seconds,))

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from controlplane.states import TERMINAL, ActiveAttemptStates, OpState
-from controlplane.store import Conflict, InvalidReference, NotFound
+from controlplane.store import Conflict, InvalidReference, NotFound, columns
 from controlplane.store.submissions import SubmitItem, SubmitResult, payload_hash, submit_many
 from controlplane.store.transitions import record_event, transition
 
@@ -35,7 +35,8 @@ async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: dict
 async def get(conn: AsyncConnection, op_id: str, project_id: str | None) -> dict[str, Any]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT * FROM operations WHERE id = %s AND (%s::uuid IS NULL OR project_id = %s)",
+            f"SELECT {columns.of('operations')} FROM operations"
+            " WHERE id = %s AND (%s::uuid IS NULL OR project_id = %s)",
             (_uuid(op_id), project_id, project_id))
         row = await cur.fetchone()
     if row is None:
@@ -64,7 +65,7 @@ async def list_ops(conn: AsyncConnection, *, project_id: str | None, state: str 
     after = decode_cursor(cursor) if cursor else None
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            """SELECT * FROM operations
+            f"""SELECT {columns.of("operations")} FROM operations
                WHERE (%(project)s::uuid IS NULL OR project_id = %(project)s)
                  AND (%(state)s::text IS NULL OR state = %(state)s)
                  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -82,14 +83,16 @@ async def list_ops(conn: AsyncConnection, *, project_id: str | None, state: str 
 
 async def events(conn: AsyncConnection, op_id: str) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM events WHERE operation_id = %s ORDER BY id", (op_id,))
+        await cur.execute(f"SELECT {columns.of('events')} FROM events WHERE operation_id = %s"
+                          " ORDER BY id", (op_id,))
         return await cur.fetchall()
 
 
 async def attempts(conn: AsyncConnection, op_id: str) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT t.*, a.name AS agent_name FROM attempts t JOIN agents a ON a.id = t.agent_id"
+            f"SELECT {columns.of('attempts', 't')}, a.name AS agent_name"
+            " FROM attempts t JOIN agents a ON a.id = t.agent_id"
             " WHERE t.operation_id = %s ORDER BY t.number", (op_id,))
         return await cur.fetchall()
 
@@ -120,7 +123,7 @@ async def side_effect(conn: AsyncConnection, op_id: str, project_id: str | None,
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
             "INSERT INTO side_effects (operation_id, action_id, kind, payload, receipt)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING *",
+            f" VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING {columns.of('side_effects')}",
             (op["id"], action_id, kind, Jsonb(payload), Jsonb(receipt)))
         row = await cur.fetchone()
         if row is not None:
@@ -128,7 +131,8 @@ async def side_effect(conn: AsyncConnection, op_id: str, project_id: str | None,
                                reason=f"{kind} recorded", data=receipt)
             return row, True
         await cur.execute(
-            "SELECT * FROM side_effects WHERE operation_id = %s AND action_id = %s",
+            f"SELECT {columns.of('side_effects')} FROM side_effects"
+            " WHERE operation_id = %s AND action_id = %s",
             (op["id"], action_id))
         existing = await cur.fetchone()
     assert existing is not None
@@ -184,7 +188,7 @@ WITH ins AS (
     VALUES (%(op_id)s, %(project_id)s, %(key)s, %(hash)s, %(name)s, %(queue)s, %(priority)s,
             %(spec)s, 'accepted', 'restored from a client ledger', %(max_retries)s, %(timeout)s)
     ON CONFLICT DO NOTHING
-    RETURNING *
+    RETURNING {ops}
 ), ev AS (
     INSERT INTO events (operation_id, actor, kind, to_state, reason, data)
     SELECT id, %(actor)s, 'restored_from_ledger', 'accepted',
@@ -193,7 +197,7 @@ WITH ins AS (
 ), n AS (
     SELECT pg_notify('controlplane_work', 'submitted') FROM ins
 )
-SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
+SELECT {ops}, (SELECT count(*) FROM n) AS notified FROM ins
 """
 
 
@@ -211,12 +215,13 @@ async def restore(conn: AsyncConnection, *, project_id: str, key: str, spec: dic
         # one restore of an id at a time: the checks below read, then write a redirect
         await cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                           (f"restore:{op_id}",))
-        await cur.execute("SELECT * FROM operation_redirects WHERE old_id = %s", (op_id,))
+        await cur.execute(f"SELECT {columns.of('operation_redirects')} FROM operation_redirects"
+                          " WHERE old_id = %s", (op_id,))
         moved = await cur.fetchone()
         if moved is not None:
             return await _existing_redirect(cur, moved, project_id, key, h, op_id)
         try:
-            await cur.execute(_RESTORE, {
+            await cur.execute(_RESTORE.replace("{ops}", columns.of("operations")), {
                 "op_id": op_id, "project_id": project_id, "key": key, "hash": h,
                 "name": spec["name"], "queue": spec["queue"], "priority": spec["priority"],
                 "spec": Jsonb(spec), "max_retries": spec["max_retries"],
@@ -226,14 +231,15 @@ async def restore(conn: AsyncConnection, *, project_id: str, key: str, spec: dic
         row = await cur.fetchone()
         if row is not None:
             return RestoreResult(row, True, "same_id")
-        await cur.execute("SELECT * FROM operations WHERE id = %s", (op_id,))
+        await cur.execute(f"SELECT {columns.of('operations')} FROM operations WHERE id = %s",
+                          (op_id,))
         by_id = await cur.fetchone()
         if by_id is not None and (str(by_id["project_id"]) != str(project_id)
                                   or by_id["idempotency_key"] != key):
             raise Conflict(f"operation id {op_id} is taken by another submission (key "
                            f"{by_id['idempotency_key']!r}); it cannot be restored under it")
-        await cur.execute("SELECT * FROM operations WHERE project_id = %s AND idempotency_key = %s",
-                          (project_id, key))
+        await cur.execute(f"SELECT {columns.of('operations')} FROM operations"
+                          " WHERE project_id = %s AND idempotency_key = %s", (project_id, key))
         by_key = await cur.fetchone()
         if by_key is None:  # cannot happen: operations are never deleted
             raise Conflict(f"operation {op_id} conflicts but is not visible; retry")
@@ -261,7 +267,8 @@ async def _existing_redirect(cur: Any, moved: dict[str, Any], project_id: str, k
     if str(moved["project_id"]) != str(project_id) or moved["idempotency_key"] != key:
         raise Conflict(f"operation id {op_id} already redirects to {moved['new_id']} for key "
                        f"{moved['idempotency_key']!r}")
-    await cur.execute("SELECT * FROM operations WHERE id = %s", (moved["new_id"],))
+    await cur.execute(f"SELECT {columns.of('operations')} FROM operations WHERE id = %s",
+                      (moved["new_id"],))
     target = await cur.fetchone()
     if target["payload_hash"] != h:
         raise Conflict(f"operation id {op_id} redirects to {target['id']}, whose payload differs")

@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 from controlplane import defects, release, routing
 from controlplane.routing import Destination, Outcome, Requirement
 from controlplane.states import ActiveAttemptStates, OpState
-from controlplane.store import Conflict, NotFound
+from controlplane.store import Conflict, NotFound, columns
 from controlplane.store.agents import fail_or_retry, note_agent_failure
 from controlplane.store.operations import NOTIFY_CHANNEL, get
 from controlplane.store.transitions import db_now, record_event, transition
@@ -54,7 +54,8 @@ def requirement(spec: dict[str, Any]) -> Requirement:
 async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str, Destination]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            """SELECT a.*, a.last_heartbeat_at > now() - make_interval(secs => %(alive)s) AS alive,
+            f"""SELECT {columns.of("agents", "a")},
+                      a.last_heartbeat_at > now() - make_interval(secs => %(alive)s) AS alive,
                       CASE WHEN a.breaker_override IS NOT NULL THEN a.breaker_override = 'open'
                            ELSE coalesce(a.breaker_open_until > now(), false) END AS breaker_open,
                       coalesce(u.cpu, 0) AS used_cpu, coalesce(u.acc, 0) AS used_acc,
@@ -119,7 +120,8 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                             " WHERE state IN ('dispatched', 'running') GROUP BY queue")
             active = {r["queue"]: r["n"] for r in await c.fetchall()}
             await c.execute(
-                """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited
+                f"""SELECT {columns.of("operations", "o")},
+                          extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
                    WHERE o.state IN ('accepted', 'queued')
                    ORDER BY q.priority DESC, o.priority DESC, o.created_at
@@ -129,7 +131,8 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             if sweep and not defects.enabled("blocked-never-drain"):  # seeded defect: test only
                 # same order as routing (priorities first), resumable at the cursor
                 await c.execute(
-                    """SELECT o.*, extract(epoch FROM now() - o.waiting_since) AS waited,
+                    f"""SELECT {columns.of("operations", "o")},
+                              extract(epoch FROM now() - o.waiting_since) AS waited,
                               -q.priority AS nq, -o.priority AS no
                        FROM operations o JOIN queues q ON q.name = o.queue
                        WHERE o.state = 'blocked'
@@ -233,7 +236,8 @@ async def expire_leases(conn: AsyncConnection, *, retry_base: float = 1.0,
     async with conn.transaction():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                """SELECT t.*, a.name AS agent_name, a.pool, a.last_heartbeat_at
+                f"""SELECT {columns.of("attempts", "t")}, a.name AS agent_name, a.pool,
+                          a.last_heartbeat_at
                    FROM attempts t JOIN operations o ON o.id = t.operation_id
                    JOIN agents a ON a.id = t.agent_id
                    WHERE t.state = ANY(%s) AND t.lease_expires_at < now()

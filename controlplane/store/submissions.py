@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from controlplane import defects
-from controlplane.store import Conflict, InvalidReference
+from controlplane.store import Conflict, InvalidReference, columns
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ WITH v AS (
            'accepted', 'submission committed', max_retries, timeout
     FROM v ORDER BY project_id, key
     ON CONFLICT (project_id, idempotency_key) DO NOTHING
-    RETURNING *
+    RETURNING {ops}
 ), ev AS (
     INSERT INTO events (operation_id, actor, kind, to_state, reason, data)
     SELECT ins.id, v.actor, 'transition', 'accepted', 'submission committed',
@@ -73,14 +73,20 @@ WITH v AS (
     -- one wake-up for the reconciler per group, not per operation
     SELECT pg_notify('controlplane_work', 'submitted') WHERE EXISTS (SELECT 1 FROM ins)
 )
-SELECT ins.*, (SELECT count(*) FROM n) AS notified FROM ins
+SELECT {ops}, (SELECT count(*) FROM n) AS notified FROM ins
 """
 
 _EXISTING = """
-SELECT o.* FROM operations o
+SELECT {o_ops} FROM operations o
 JOIN unnest(%s::uuid[], %s::text[]) AS k(project_id, key)
   ON o.project_id = k.project_id AND o.idempotency_key = k.key
 """
+
+
+def _sql(template: str) -> str:
+    # named columns, never `*`: expand-safe prepared statements (controlplane/store/columns.py)
+    return (template.replace("{o_ops}", columns.of("operations", "o"))
+            .replace("{ops}", columns.of("operations")))
 
 
 def effective_key(key: str) -> str:
@@ -148,12 +154,12 @@ async def _insert(conn: AsyncConnection, items: list[SubmitItem], hashes: list[s
         "actor": [i.actor for i in items],
     }
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_SUBMIT_MANY, params)
+        await cur.execute(_sql(_SUBMIT_MANY), params)
         return {(str(r["project_id"]), r["idempotency_key"]): r for r in await cur.fetchall()}
 
 
 async def _existing(conn: AsyncConnection, items: list[SubmitItem],
                     ) -> dict[tuple[str, str], dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_EXISTING, ([i.project_id for i in items], [i.key for i in items]))
+        await cur.execute(_sql(_EXISTING), ([i.project_id for i in items], [i.key for i in items]))
         return {(str(r["project_id"]), r["idempotency_key"]): r for r in await cur.fetchall()}

@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 
 from controlplane import release
 from controlplane.states import OpState, sources_of
+from controlplane.store import columns
 
 # Columns a transition may set besides state/state_reason (kept explicit: no SQL from input).
 SETTABLE = frozenset({
@@ -54,7 +55,7 @@ async def transition(
             UPDATE operations o SET {assignments}
             FROM operations prev
             WHERE o.id = prev.id AND o.id = %(id)s AND o.state = ANY(%(src)s)
-            RETURNING prev.state AS from_state, o.*
+            RETURNING prev.state AS from_state, {o_ops}
         ), e AS (
             INSERT INTO events (operation_id, attempt_id, actor, kind, from_state, to_state,
                                 reason, data)
@@ -62,8 +63,9 @@ async def transition(
                    %(data)s
             FROM t
         )
-        SELECT * FROM t
-    """).format(assignments=sql.SQL(", ").join(assignments))
+        SELECT from_state, {ops} FROM t
+    """).format(assignments=sql.SQL(", ").join(assignments),
+               o_ops=sql.SQL(columns.of("operations", "o")), ops=sql.SQL(columns.of("operations")))
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(query, params)
         return await cur.fetchone()

@@ -41,6 +41,13 @@ def _operation(dsn: str, state: str = "accepted") -> str:
             " 'default', '{}', %s, 0, 60) RETURNING id", (project, state)).fetchone()[0])  # type: ignore[index]
 
 
+def _project(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("INSERT INTO queues (name) VALUES ('default') ON CONFLICT DO NOTHING")
+        return str(conn.execute("INSERT INTO projects (name) VALUES ('p') ON CONFLICT (name) "
+                                "DO UPDATE SET name = 'p' RETURNING id").fetchone()[0])  # type: ignore[index]
+
+
 def _row(dsn: str, op_id: str) -> dict:
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
         return conn.execute("SELECT * FROM operations WHERE id = %s", (op_id,)).fetchone()  # type: ignore[return-value]
@@ -123,24 +130,48 @@ async def _transition(dsn: str, op_id: str, dst: OpState, **sets: object) -> Non
         assert await transition(conn, op_id, dst, actor="test", reason="test", **sets) is not None
 
 
-def test_pooled_connections_survive_the_expand(pg_dsn: str) -> None:
-    """Release N's connections keep working when N+1's expand adds a column: no plan of a
-    `SELECT *` is cached on them (a prepared one fails for good with "cached plan must not
-    change result type")."""
+def test_pooled_connections_survive_the_expand(pg_dsn: str, as_release) -> None:
+    """Release N's pooled connection keeps answering through the store when N+1's expand adds
+    a column, after every statement below was prepared on it (psycopg prepares after five
+    runs; a prepared `SELECT *` would then fail for good with "cached plan must not change
+    result type", controlplane/store/columns.py)."""
     from controlplane.db import make_pool
+    from controlplane.store import agents, operations, scheduling
+
+    as_release("N")
+    project = _project(pg_dsn)
+    spec = {"name": "x", "queue": "default", "priority": 0, "max_retries": 1,
+            "timeout_seconds": 10, "workload": {"image": "a:1"}}
+
+    async def every_statement(conn: psycopg.AsyncConnection, n: int) -> None:
+        res = await operations.submit(conn, project_id=project, key=f"k{n}", spec=spec,
+                                      actor="test")
+        op_id = res.operation["id"]
+        again = await operations.submit(conn, project_id=project, key=f"k{n}", spec=spec,
+                                        actor="test")
+        assert not again.created and again.operation["id"] == op_id
+        assert (await operations.get(conn, str(op_id), None))["pending_reason"] is None
+        assert (await operations.list_ops(conn, project_id=project, state=None, queue=None,
+                                          limit=5, cursor=None))[0]
+        assert await operations.events(conn, str(op_id))
+        assert await operations.attempts(conn, str(op_id)) == []
+        moved = await transition(conn, op_id, OpState.QUEUED, actor="t", reason="r",
+                                 pending_reason="capacity")
+        assert moved is not None and moved["pending_reason"] == "capacity"
+        await scheduling.destinations(conn, 10.0)
+        await agents.list_agents(conn, 10.0)
 
     async def go() -> None:
         pool = make_pool(pg_dsn, min_size=1, max_size=1)
         await pool.open()
         try:
             async with pool.connection() as conn:
-                for _ in range(8):  # past psycopg's default prepare threshold (5)
-                    await conn.execute("SELECT * FROM operations WHERE id = %s",
-                                       ("00000000-0000-0000-0000-000000000000",))
+                for n in range(7):  # past psycopg's default prepare threshold (5)
+                    await every_statement(conn, n)
                 await asyncio.to_thread(migrate, pg_dsn, "N+1")
-                cur = await conn.execute("SELECT * FROM operations WHERE id = %s",
-                                         ("00000000-0000-0000-0000-000000000000",))
-                assert "wait_reason" in [c.name for c in cur.description or []]
+                assert "wait_reason" in _columns(pg_dsn)
+                for n in range(7, 9):
+                    await every_statement(conn, n)
         finally:
             await pool.close()
 
