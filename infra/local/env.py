@@ -324,7 +324,7 @@ class LocalEnvironment:
         return tail(self.log_file(component), lines)
 
     def run_step(self, name: str, argv: list[str], timeout: float = 60.0,
-                  env_extra: dict[str, str] | None = None) -> None:
+                 env_extra: dict[str, str] | None = None) -> None:
         """Run one setup command; secrets go in ``env_extra`` (never argv: it is visible in
         `ps` and written to the step's log)."""
         log = self.log_file(name)
@@ -714,7 +714,7 @@ class LocalEnvironment:
         if mine:
             extra[defects.ENV] = ",".join(mine)
         argv = gameday_argv("controlplane", "migrate", "--release", to)
-        self._run_step("migrate", argv + (["--allow-downgrade"] if allow_downgrade else []),
+        self.run_step("migrate", argv + (["--allow-downgrade"] if allow_downgrade else []),
                        env_extra=extra)
         self.info["schema_release"] = to
         self._write_info()
