@@ -354,8 +354,10 @@ async def _finish(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec,
     blocking = [n for n in not_ok if n not in excluded]
     state = "failed" if blocking else "succeeded"
     if blocking:
-        first = rows[blocking[0]]
-        reason = f"step {first['name']} {first['state']}: {first['state_reason']}"
+        failed = [rows[n] for n in blocking if rows[n]["state"] == "failed"] or [
+            rows[blocking[0]]]
+        reason = "; ".join(f"step {r['name']} {r['state']}: {r['state_reason']}"
+                           for r in failed)
     elif excluded:
         reason = (f"succeeded incomplete: {len(excluded)} candidate(s) excluded "
                   f"({', '.join(sorted(excluded))})")
