@@ -1,0 +1,78 @@
+"""The sample workload's pipeline steps as real subprocesses against moto: inputs are read from
+the prefixes their manifests name and checked by sha256, COMPLETE.json lists the inputs
+consumed by digest, and bytes changed behind a dataset name stop the step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+from agenttest import S3Server
+
+from controlplane import storage
+
+
+def run(kind: str, op: str, s3: S3Server, inputs: dict[str, Any] | None,
+        *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-u", "-m", "controlplane.workload", "--kind", kind,
+            "--operation-id", op, "--attempt", "1", "--seconds", "0", "--s3-endpoint",
+            s3.endpoint, "--bucket", s3.bucket, *extra]
+    if inputs is not None:
+        argv += ["--pipeline-inputs", json.dumps(inputs)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def given(step: str, op: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"step": step, "artifacts_prefix": storage.artifact_prefix(op, 1),
+            "files": manifest["files"]}
+
+
+def test_prepare_train_evaluate_chain_through_manifests(moto: S3Server) -> None:
+    store = moto.store()
+    uri = f"datasets/{uuid.uuid4()}/rows.csv"
+    rows = b"b,2\na,1\nb,2\n"
+    store.put(uri, rows)
+    ds = {"name": "rows", "sha256": storage.sha256_hex(rows), "uri": uri}
+    prep = f"prep-{uuid.uuid4()}"
+    done = run("prepare", prep, moto, {"steps": [], "datasets": [ds],
+                                       "digests": [ds["sha256"]]})
+    assert done.returncode == 0, done.stdout + done.stderr
+    m, reason = storage.verify_artifacts(store, prep, 1)
+    assert reason is None and m is not None and m["inputs"] == [ds["sha256"]]
+    assert store.get(storage.artifact_prefix(prep, 1) + "prepared.txt") == b"a,1\nb,2\n"
+    # a candidate trains from prepare's manifest, given explicitly
+    up = given("prepare", prep, m)
+    digests = sorted({f["sha256"] for f in m["files"].values()})
+    train = f"train-{uuid.uuid4()}"
+    done = run("train", train, moto, {"steps": [up], "datasets": [], "digests": digests},
+               "--steps", "6", "--checkpoint-every", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    tm, _ = storage.verify_artifacts(store, train, 1)
+    assert tm is not None and tm["inputs"] == digests
+    ev = f"eval-{uuid.uuid4()}"
+    tdigests = sorted({f["sha256"] for f in tm["files"].values()})
+    done = run("evaluate", ev, moto, {"steps": [given("train-0", train, tm)], "datasets": [],
+                                      "digests": tdigests})
+    assert done.returncode == 0, done.stdout + done.stderr
+    em, _ = storage.verify_artifacts(store, ev, 1)
+    assert em is not None and em["checks"]["candidates_scored"] == {"passed": True, "value": 1}
+    # an input file whose bytes no longer match its manifest is refused (exit 2)
+    store.put(storage.artifact_prefix(train, 1) + "model.npy", b"tampered")
+    bad = run("evaluate", f"eval-{uuid.uuid4()}", moto, {
+        "steps": [given("train-0", train, tm)], "datasets": [], "digests": tdigests})
+    assert bad.returncode == 2 and "sha256 differs from its completion manifest" in bad.stdout
+
+
+def test_changed_bytes_behind_a_dataset_name_stop_prepare(moto: S3Server) -> None:
+    store = moto.store()
+    uri = f"datasets/{uuid.uuid4()}/rows.csv"
+    store.put(uri, b"v1\n")
+    declared = storage.sha256_hex(b"v1\n")
+    store.put(uri, b"v2\n")  # same name, different bytes
+    done = run("prepare", f"prep-{uuid.uuid4()}", moto, {
+        "steps": [], "datasets": [{"name": "rows", "sha256": declared, "uri": uri}],
+        "digests": [declared]})
+    assert done.returncode == 2 and "bytes changed behind the name" in done.stdout
