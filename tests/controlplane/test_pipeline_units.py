@@ -126,3 +126,15 @@ def test_manifest_accepts_the_attempts_own_prefix_and_its_inputs_only() -> None:
     failing = {**result(), "checks": {"accuracy": {"passed": False}}}
     assert manifest.failed_checks(manifest.validate(
         failing, operation_id="op1", attempt=2, expected_inputs=[D2])) == ["accuracy"]
+
+
+def test_the_documented_example_pipeline_is_valid() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).parents[2] / "docs" / "examples" / "pipeline.yaml"
+    spec = PipelineSpec.model_validate(yaml.safe_load(path.read_text()))
+    assert [s.name for s in spec.steps] == ["prepare", "train-a", "train-b", "evaluate",
+                                            "register"]
+    assert not spec.step("train-b").cache_enabled and not spec.step("register").cache_enabled
