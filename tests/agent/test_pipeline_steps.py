@@ -76,3 +76,57 @@ def test_changed_bytes_behind_a_dataset_name_stop_prepare(moto: S3Server) -> Non
         "steps": [], "datasets": [{"name": "rows", "sha256": declared, "uri": uri}],
         "digests": [declared]})
     assert done.returncode == 2 and "bytes changed behind the name" in done.stdout
+
+
+def test_agent_gives_a_step_its_inputs_and_reports_the_consumed_digests(
+        moto: S3Server, registry: Any, tmp_path: Any) -> None:
+    """The real attempt runner and local runtime: the claim's ``pipeline.inputs`` reach the
+    workload, and the success report carries COMPLETE.json's inputs for the control plane."""
+    import threading
+
+    from test_agent_runner import FakeApi
+
+    from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
+    from controlplane.agent.capacity import Capacity
+    from controlplane.agent.delivery import Courier
+    from controlplane.agent.metrics import AgentMetrics
+    from controlplane.agent.spool import Spool
+    from controlplane.runtimes.local import LocalRuntime
+
+    class Recording(FakeApi):
+        def __init__(self) -> None:
+            super().__init__()
+            self.results: list[dict[str, Any] | None] = []
+
+        def report(self, attempt_id: str, token: int, state: str, reason: str,
+                   error: Any = None, result: Any = None, events: Any = None) -> None:
+            self.results.append(result)
+            super().report(attempt_id, token, state, reason, error, result, events)
+
+    store = moto.store()
+    uri = f"datasets/{uuid.uuid4()}/rows.csv"
+    store.put(uri, b"x,1\n")
+    digest = storage.sha256_hex(b"x,1\n")
+    claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
+                  fencing_token=1, lease_seconds=5.0, project="p", spec={
+                      "workload": {"kind": "prepare", "image": registry.trainer_image,
+                                   "params": {"seconds": 0}},
+                      "resources": {"cpu": 1},
+                      "pipeline": {"step": "prepare", "inputs": {
+                          "steps": [], "digests": [digest],
+                          "datasets": [{"name": "rows", "sha256": digest, "uri": uri}]}}})
+    api, capacity, metrics = Recording(), Capacity(1), AgentMetrics()
+    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    spool = Spool(tmp_path, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
+    runner = AttemptRunner(
+        claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
+        metrics=metrics, settings=RunnerSettings(moto.endpoint, moto.bucket, tick=0.05),
+        heartbeat_seconds=1.0, shutdown=threading.Event(),
+        store_factory=lambda: moto.store(deadline=1.0),
+        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
+    runner.start()
+    runner.join(60)
+    assert runner.ending is Ending.SUCCEEDED, api.reports
+    result = api.results[-1]
+    assert result is not None and result["inputs"] == [digest] and result["checks"] == {}
+    assert "prepared.txt" in result["files"]
