@@ -130,3 +130,73 @@ def test_agent_gives_a_step_its_inputs_and_reports_the_consumed_digests(
     result = api.results[-1]
     assert result is not None and result["inputs"] == [digest] and result["checks"] == {}
     assert "prepared.txt" in result["files"]
+
+
+def test_release_step_registers_once_when_the_first_answer_is_lost(
+        moto: S3Server, registry: Any, tmp_path: Any) -> None:
+    """The agent records a release step's registration under the step's action identity; the
+    first answer is lost (the effect was recorded), the retry gets the same receipt back."""
+    import threading
+
+    from test_agent_runner import FakeApi
+
+    from controlplane.agent.api import ApiUnavailable
+    from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
+    from controlplane.agent.capacity import Capacity
+    from controlplane.agent.delivery import Courier
+    from controlplane.agent.metrics import AgentMetrics
+    from controlplane.agent.spool import Spool
+    from controlplane.runtimes.local import LocalRuntime
+
+    class Registry(FakeApi):
+        """Keeps effects by action id, as the control plane's side_effects table does."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.effects: dict[str, dict[str, Any]] = {}
+            self.calls = 0
+            self.results: list[Any] = []
+
+        def side_effect(self, op: str, action_id: str, kind: str,
+                        payload: dict[str, Any]) -> dict[str, Any]:
+            self.calls += 1
+            created = action_id not in self.effects
+            if created:
+                self.effects[action_id] = {"receipt_id": str(uuid.uuid4()), "payload": payload}
+            assert self.effects[action_id]["payload"] == payload
+            if self.calls == 1:
+                raise ApiUnavailable("answer lost after commit")
+            return {"receipt": self.effects[action_id], "created": created}
+
+        def report(self, attempt_id: str, token: int, state: str, reason: str,
+                   error: Any = None, result: Any = None, events: Any = None) -> None:
+            self.results.append(result)
+            super().report(attempt_id, token, state, reason, error, result, events)
+
+    digest = "e" * 64
+    action = "pipeline:p1:step:register:model_registration"
+    claim = Claim(attempt_id=str(uuid.uuid4()), operation_id=str(uuid.uuid4()), number=1,
+                  fencing_token=1, lease_seconds=5.0, project="p", spec={
+                      "workload": {"kind": "sleep", "image": registry.trainer_image,
+                                   "params": {"seconds": 0}},
+                      "resources": {"cpu": 1},
+                      "pipeline": {"step": "register", "inputs": {
+                          "steps": [], "digests": [digest],
+                          "datasets": [{"name": "model", "sha256": digest}]},
+                          "side_effect": {"kind": "model_registration", "action_id": action}}})
+    api, capacity, metrics = Registry(), Capacity(1), AgentMetrics()
+    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    spool = Spool(tmp_path, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
+    runner = AttemptRunner(
+        claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
+        metrics=metrics, settings=RunnerSettings(moto.endpoint, moto.bucket, tick=0.05),
+        heartbeat_seconds=1.0, shutdown=threading.Event(),
+        store_factory=lambda: moto.store(deadline=1.0),
+        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
+    runner.start()
+    runner.join(60)
+    assert runner.ending is Ending.SUCCEEDED, api.reports
+    assert api.calls == 2 and list(api.effects) == [action]
+    effect = api.results[-1]["side_effect"]
+    assert effect["action_id"] == action and effect["created"] is False
+    assert effect["receipt"]["payload"] == {"inputs": [digest]}
