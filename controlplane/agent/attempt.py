@@ -350,8 +350,32 @@ class AttemptRunner(threading.Thread):
         if pipeline is not None:  # what the control plane checks before downstream starts
             result["inputs"] = sorted(manifest.get("inputs") or [])
             result["checks"] = manifest.get("checks") or {}
+            if pipeline.get("side_effect"):
+                result["side_effect"] = self._side_effect_once(pipeline["side_effect"],
+                                                               result["inputs"])
         self._final_report("succeeded", "workload succeeded; completion manifest verified", result=result)
         return Ending.SUCCEEDED
+
+    def _side_effect_once(self, effect: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
+        """A release step's registration under its stable action identity. The payload names
+        what is registered by the digests it consumed, the same for every attempt, so a retry
+        after a lost answer, or a later attempt, gets the first receipt instead of registering
+        a second model. Retried while the API is unavailable and the lease holds."""
+        payload = {"inputs": inputs}
+        while True:
+            try:
+                answer = self.api.side_effect(self.claim.operation_id, effect["action_id"],
+                                              effect["kind"], payload)
+                return {"action_id": effect["action_id"], "receipt": answer.get("receipt"),
+                        "created": answer.get("created")}
+            except ApiUnavailable as exc:
+                log.warning("attempt %s: side effect not recorded yet: %s",
+                            self.claim.attempt_id, exc)
+            if time.monotonic() >= self._next_heartbeat:
+                self._heartbeat()
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost("lease expired before the side effect could be recorded")
+            time.sleep(max(self.settings.tick, 0.2))
 
     def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
         """Read back COMPLETE.json and checksums, holding the lease while the store is down."""
