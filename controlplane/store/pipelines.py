@@ -377,9 +377,8 @@ async def _finish(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec,
 async def timing(conn: AsyncConnection, pipeline_id: Any) -> dict[str, Any]:
     """Per-step and per-phase seconds from the steps' operations and attempts, where the data
     exists (a reused step has none: it did not run). queue_wait: submitted -> first claim;
-    startup: claim -> workload started (last attempt); recovery: first attempt's start ->
-    last attempt's start (time lost to failed attempts); computation: the succeeded attempt's
-    start -> finish, counted as data_preparation for prepare steps and evaluation for evaluate
+    recovery: first claim -> last claim (time lost to attempts that did not succeed); startup:
+    last claim -> workload started; computation: the succeeded attempt's start -> finish, counted as data_preparation for prepare steps and evaluation for evaluate
     steps."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
@@ -404,7 +403,7 @@ async def timing(conn: AsyncConnection, pipeline_id: Any) -> dict[str, Any]:
         t = {
             "queue_wait": _secs(first["submitted_at"], first["claimed_at"]),
             "startup": _secs(last["claimed_at"], last["started_at"]),
-            "recovery": (_secs(first["started_at"], last["started_at"])
+            "recovery": (_secs(first["claimed_at"], last["claimed_at"])
                          if len(atts) > 1 else None),
             "computation": _secs(done["started_at"], done["finished_at"]) if done else None,
         }

@@ -314,10 +314,18 @@ def test_registration_is_not_duplicated_by_a_retry_after_a_lost_response(
     first = agent.c.post(url, json=body)
     assert first.status_code == 201
     # the response was lost: the attempt's lease runs out, a second attempt registers again
-    wait_for(lambda: (c := agent.claim(agent_id, 1)) and c[0], 20, what="the retried attempt")
+    retry = wait_for(lambda: (c := agent.claim(agent_id, 1)) and c[0], 20,
+                     what="the retried attempt")
+    assert retry["spec"]["pipeline"]["side_effect"] == effect  # the same action identity
     again = agent.c.post(url, json=body)
     assert again.status_code == 200 and again.json()["created"] is False
     assert again.json()["receipt"] == first.json()["receipt"]
+    agent.report(retry, "running").raise_for_status()
+    agent.report(retry, "succeeded", result=output_for(retry, b"registered")).raise_for_status()
+    p = wait_pipeline(user, pid, "succeeded")
+    # the lost first attempt shows as recovery time of the register step
+    assert p["timing"]["steps"]["register"]["recovery"] > 0
+    assert p["timing"]["phases"]["recovery"] > 0
     with psycopg.connect(cp_stack.dsn) as conn:
         n = conn.execute("SELECT count(*) FROM side_effects WHERE action_id = %s",
                          (effect["action_id"],)).fetchone()
