@@ -111,9 +111,9 @@ class PipelineSpec(Strict):
 
     def operation_doc(self, step: Step) -> dict[str, Any]:
         """The stored operation document of a step (as ``OperationSpec.document``)."""
-        op = OperationSpec.model_validate(
-            {**step.operation.model_dump(exclude_unset=True), "name": f"{self.name}.{step.name}"})
-        return op.document()
+        doc = step.operation.document()  # validated once, class defaults applied
+        doc["name"] = f"{self.name}.{step.name}"
+        return doc
 
 
 def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:

@@ -12,6 +12,7 @@ Pipeline events are rows of the ``events`` table whose ``operation_id`` is the p
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from controlplane.pipelines import cache_key, manifest, policy
-from controlplane.pipelines.spec import PipelineSpec, Step
+from controlplane.pipelines.spec import PipelineSpec
 from controlplane.store import Conflict, NotFound
 from controlplane.store.submissions import SubmitItem, payload_hash, submit_many
 from controlplane.store.transitions import record_event
@@ -40,7 +41,14 @@ class PipelineSubmit:
 
 
 def document(spec: PipelineSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json")
+    """The stored document: the validated spec plus, per step, the operation document it
+    will submit and whether reuse is on. Progression reads these and never validates the spec
+    again (a workload class's defaults, once applied, would read as forbidden overrides)."""
+    doc = spec.model_dump(mode="json")
+    for step, d in zip(spec.steps, doc["steps"], strict=True):
+        d["operation_doc"] = spec.operation_doc(step)
+        d["cache_enabled"] = step.cache_enabled
+    return doc
 
 
 async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: PipelineSpec,
@@ -131,7 +139,8 @@ async def advance(conn: AsyncConnection, *, actor: str = "reconciler", limit: in
 
 
 async def _advance(conn: AsyncConnection, p: dict[str, Any], actor: str) -> int:
-    spec = PipelineSpec.model_validate(p["spec"])
+    spec: dict[str, Any] = p["spec"]
+    by_name = {s["name"]: s for s in spec["steps"]}
     rows = {r["name"]: r for r in await steps(conn, p["id"])}
     changed = 0
     # 1. running steps whose operation ended: accept the manifest, or fail the step
@@ -148,7 +157,7 @@ async def _advance(conn: AsyncConnection, p: dict[str, Any], actor: str) -> int:
             else:
                 await _set(conn, p, r, "succeeded", "completion manifest accepted", actor,
                            manifest=doc)
-                if r["cache_key"] and spec.step(name).cache_enabled:
+                if r["cache_key"] and by_name[name]["cache_enabled"]:
                     await _remember(conn, p, r, doc)
         else:
             err = (r["op_error"] or {}).get("message") or r["op_state"]
@@ -158,19 +167,18 @@ async def _advance(conn: AsyncConnection, p: dict[str, Any], actor: str) -> int:
         rows = {x["name"]: x for x in await steps(conn, p["id"])}
     # 2. waiting steps whose upstream steps all ended
     running = sum(1 for r in rows.values() if r["state"] == "running")
-    for step in spec.steps:
-        r = rows[step.name]
+    for step in spec["steps"]:
+        r = rows[step["name"]]
         if r["state"] != "waiting":
             continue
-        ups = [rows[n] for n in step.needs]
+        ups = [rows[n] for n in step["needs"]]
         if any(u["state"] in ACTIVE_STEP for u in ups):
             continue
         included = [u["name"] for u in ups if u["state"] in OK_STEP]
         report: dict[str, Any] | None = None
-        if step.role == "aggregate":
-            pol = step.on_upstream_failure
-            assert pol is not None
-            d = policy.decide(pol.policy, pol.min_successful,
+        if step["role"] == "aggregate":
+            pol = step["on_upstream_failure"]
+            d = policy.decide(pol["policy"], pol["min_successful"],
                               {u["name"]: (u["state"] in OK_STEP, _why(u)) for u in ups})
             report = {**d.report, "decision": d.reason}
             if not d.run:
@@ -186,28 +194,28 @@ async def _advance(conn: AsyncConnection, p: dict[str, Any], actor: str) -> int:
             changed += 1
             rows = {x["name"]: x for x in await steps(conn, p["id"])}
             continue
-        if step.role == "release":
+        if step["role"] == "release":
             refusal = _release_refusal(ups)
             if refusal:
                 await _set(conn, p, r, "failed", refusal, actor)
                 changed += 1
                 rows = {x["name"]: x for x in await steps(conn, p["id"])}
                 continue
-        if running >= spec.max_parallel_steps:
-            reason = f"pipeline concurrency limit ({spec.max_parallel_steps} running steps)"
+        if running >= spec["max_parallel_steps"]:
+            reason = f"pipeline concurrency limit ({spec['max_parallel_steps']} running steps)"
             if r["state_reason"] != reason:
                 await conn.execute("UPDATE pipeline_steps SET state_reason = %s, updated_at ="
                                    " now() WHERE pipeline_id = %s AND name = %s",
-                                   (reason, p["id"], step.name))
+                                   (reason, p["id"], step["name"]))
             continue
-        started = await _start(conn, p, spec, step, r, {n: rows[n] for n in included},
-                               report, actor)
+        started = await _start(conn, p, step, r, {n: rows[n] for n in included}, report,
+                               actor)
         running += 1 if started == "running" else 0
         changed += 1
         rows = {x["name"]: x for x in await steps(conn, p["id"])}
     # 3. the pipeline ends when every step has ended
     if all(r["state"] not in ACTIVE_STEP for r in rows.values()):
-        await _finish(conn, p, spec, rows, actor)
+        await _finish(conn, p, rows, actor)
     return changed
 
 
@@ -231,34 +239,33 @@ def _release_refusal(ups: list[dict[str, Any]]) -> str | None:
     return None
 
 
-async def _start(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec, step: Step,
+async def _start(conn: AsyncConnection, p: dict[str, Any], step: dict[str, Any],
                  r: dict[str, Any], upstream: dict[str, dict[str, Any]],
                  report: dict[str, Any] | None, actor: str) -> str:
     """Reuse a cached manifest, or submit the step's operation. Returns the new step state."""
-    pid = str(p["id"])
+    pid, name = str(p["id"]), step["name"]
     given = [{"step": n, **u["manifest"]} for n, u in upstream.items()]
-    digests = sorted({d.sha256 for d in step.datasets}
+    digests = sorted({d["sha256"] for d in step["datasets"]}
                      | {x for u in upstream.values() for x in manifest.file_digests(u["manifest"])})
-    inputs = {"steps": given, "datasets": [d.model_dump(mode="json") for d in step.datasets],
-              "digests": digests}
-    op_doc = spec.operation_doc(step)
+    inputs = {"steps": given, "datasets": step["datasets"], "digests": digests}
+    op_doc = copy.deepcopy(step["operation_doc"])
     key: cache_key.CacheKey | None = None
-    base = {"step": step.name}
-    if not step.cache_enabled:
+    base = {"step": name}
+    if not step["cache_enabled"]:
         await record_event(conn, p["id"], actor=actor, kind="cache_disabled",
-                           reason=f"step {step.name}: reuse disabled", data=base)
+                           reason=f"step {name}: reuse disabled", data=base)
     else:
         try:
             key = cache_key.compute(
                 input_digests=digests, image=op_doc["workload"]["image"],
-                code_digest=step.code_digest, kind=op_doc["workload"]["kind"],
+                code_digest=step["code_digest"], kind=op_doc["workload"]["kind"],
                 params=op_doc["workload"]["params"],
                 environment={"resources": op_doc["resources"],
                              "workload_class": op_doc.get("workload_class"),
-                             "declared": step.environment})
+                             "declared": step["environment"]})
         except cache_key.NotCacheable as exc:
             await record_event(conn, p["id"], actor=actor, kind="cache_skipped",
-                               reason=f"step {step.name}: {exc}", data=base)
+                               reason=f"step {name}: {exc}", data=base)
     if key is not None:
         hit = await _cached(conn, p["project_id"], key.key)
         if hit is not None:
@@ -266,7 +273,7 @@ async def _start(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec, s
                       "source_step": hit["source_step"],
                       "source_operation_id": str(hit["source_operation_id"])}
             await record_event(conn, p["id"], actor=actor, kind="cache_reused",
-                               reason=f"step {step.name}: reused the result of step "
+                               reason=f"step {name}: reused the result of step "
                                f"{hit['source_step']} of pipeline {hit['source_pipeline_id']}",
                                data={**base, **source})
             await _set(conn, p, r, "reused", f"cache hit {key.key}", actor,
@@ -274,20 +281,20 @@ async def _start(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec, s
                        cache_key=key.key, inputs=inputs, report=report, started=True)
             return "reused"
         await record_event(conn, p["id"], actor=actor, kind="cache_miss",
-                           reason=f"step {step.name}: no stored result for {key.key}",
+                           reason=f"step {name}: no stored result for {key.key}",
                            data={**base, "cache_key": key.key, "components": key.components})
-    op_doc["labels"] = {**op_doc["labels"], "pipeline": pid, "pipeline-step": step.name}
+    op_doc["labels"] = {**op_doc["labels"], "pipeline": pid, "pipeline-step": name}
     op_doc["pipeline"] = {
-        "pipeline_id": pid, "step": step.name, "phase": step.phase, "role": step.role,
+        "pipeline_id": pid, "step": name, "phase": step["phase"], "role": step["role"],
         "inputs": inputs, "cache_key": key.key if key else None,
         "excluded": (report or {}).get("excluded", {}),
     }
-    if step.side_effect is not None:  # the registration's stable action identity
+    if step["side_effect"] is not None:  # the registration's stable action identity
+        kind = step["side_effect"]["kind"]
         op_doc["pipeline"]["side_effect"] = {
-            "kind": step.side_effect.kind,
-            "action_id": f"pipeline:{pid}:step:{step.name}:{step.side_effect.kind}"}
-    [res] = await submit_many(conn, [SubmitItem(str(p["project_id"]), f"pipeline:{pid}:"
-                                                f"{step.name}", op_doc, actor)])
+            "kind": kind, "action_id": f"pipeline:{pid}:step:{name}:{kind}"}
+    [res] = await submit_many(conn, [SubmitItem(str(p["project_id"]), f"pipeline:{pid}:{name}",
+                                                op_doc, actor)])
     if isinstance(res, Exception):
         await _set(conn, p, r, "failed", f"step operation not submitted: {res}", actor)
         return "failed"
@@ -341,8 +348,8 @@ async def _set(conn: AsyncConnection, p: dict[str, Any], r: dict[str, Any], stat
                        data=data)
 
 
-async def _finish(conn: AsyncConnection, p: dict[str, Any], spec: PipelineSpec,
-                  rows: dict[str, dict[str, Any]], actor: str) -> None:
+async def _finish(conn: AsyncConnection, p: dict[str, Any], rows: dict[str, dict[str, Any]],
+                  actor: str) -> None:
     """Succeeded when every step succeeded or was reused, or failed only as a candidate an
     aggregation step excluded under its declared policy; failed otherwise. The report names
     every excluded candidate and why."""

@@ -407,3 +407,29 @@ def test_concurrent_advance_passes_on_one_database(pg_dsn: str) -> None:
         misses = conn.execute("SELECT count(*) FROM events WHERE operation_id = %s"
                               " AND kind = 'cache_miss'", (pid,)).fetchone()
     assert ops == (4,) and misses == (4,)
+
+
+def test_a_step_with_a_workload_class_is_submitted_with_the_class_defaults(pg_dsn: str) -> None:
+    """Progression submits the operation document validated at the edge; it never validates
+    the stored spec again (class defaults, once applied, would read as forbidden overrides)."""
+    with psycopg.connect(pg_dsn) as conn:
+        auth.seed(conn, {"projects": [{"name": "p", "token": "t" * 20}],
+                         "queues": [{"name": "default"}]})
+        project = str(conn.execute("SELECT id FROM projects").fetchone()[0])  # type: ignore[index]
+    body = {"name": "wc", "steps": [{"name": "prep", "operation": {
+        "workload_class": "batch-preprocessing",
+        "workload": {"kind": "sleep", "image": PINNED, "params": {"seconds": 0.1}}}}]}
+    spec = PipelineSpec.model_validate(body)
+    expected = spec.operation_doc(spec.steps[0])
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as c:
+            await store.submit(c, project_id=project, key="k", spec=spec, actor="t")
+            assert await store.advance(c) == 1
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        stored = conn.execute("SELECT spec FROM operations").fetchone()[0]  # type: ignore[index]
+    assert stored["workload_class"] == "batch-preprocessing"
+    assert {k: stored[k] for k in expected if k != "labels"} == {
+        k: v for k, v in expected.items() if k != "labels"}
