@@ -23,11 +23,13 @@ from psycopg.types.json import Jsonb
 
 from controlplane.pipelines import cache_key, manifest, policy
 from controlplane.pipelines.spec import PipelineSpec
-from controlplane.store import Conflict, NotFound
+from controlplane.store import Conflict, NotFound, columns
 from controlplane.store.submissions import SubmitItem, payload_hash, submit_many
 from controlplane.store.transitions import record_event
 
 log = logging.getLogger("controlplane.pipelines")
+# named columns, never `*` (controlplane/store/columns.py); no release renames a pipelines column
+_P = columns.of("pipelines")
 
 ACTIVE_STEP = ("waiting", "running")
 OK_STEP = ("succeeded", "reused")
@@ -61,11 +63,11 @@ async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: Pipe
         await cur.execute(
             "INSERT INTO pipelines (project_id, idempotency_key, payload_hash, name, spec, state,"
             " state_reason) VALUES (%s, %s, %s, %s, %s, 'running', 'submission committed')"
-            " ON CONFLICT (project_id, idempotency_key) DO NOTHING RETURNING *",
+            f" ON CONFLICT (project_id, idempotency_key) DO NOTHING RETURNING {_P}",
             (project_id, key, h, spec.name, Jsonb(doc)))
         row = await cur.fetchone()
         if row is None:
-            await cur.execute("SELECT * FROM pipelines WHERE project_id = %s"
+            await cur.execute(f"SELECT {_P} FROM pipelines WHERE project_id = %s"
                               " AND idempotency_key = %s", (project_id, key))
             existing = await cur.fetchone()
             assert existing is not None  # ON CONFLICT: it exists and is committed
@@ -87,7 +89,7 @@ async def submit(conn: AsyncConnection, *, project_id: str, key: str, spec: Pipe
 async def get(conn: AsyncConnection, pipeline_id: str, project_id: str | None) -> dict[str, Any]:
     async with conn.cursor(row_factory=dict_row) as cur:
         try:
-            await cur.execute("SELECT * FROM pipelines WHERE id = %s::uuid"
+            await cur.execute(f"SELECT {_P} FROM pipelines WHERE id = %s::uuid"
                               " AND (%s::uuid IS NULL OR project_id = %s)",
                               (pipeline_id, project_id, project_id))
         except Exception as exc:  # a malformed id is simply not found
@@ -103,7 +105,8 @@ async def get(conn: AsyncConnection, pipeline_id: str, project_id: str | None) -
 async def steps(conn: AsyncConnection, pipeline_id: Any) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT s.*, o.state AS op_state, o.result AS op_result, o.last_error AS op_error,"
+            f"SELECT {columns.of('pipeline_steps', 's')}, o.state AS op_state,"
+            " o.result AS op_result, o.last_error AS op_error,"
             " (SELECT max(number) FROM attempts a WHERE a.operation_id = o.id"
             "  AND a.state = 'succeeded') AS succeeded_attempt"
             " FROM pipeline_steps s LEFT JOIN operations o ON o.id = s.operation_id"
@@ -113,8 +116,8 @@ async def steps(conn: AsyncConnection, pipeline_id: Any) -> list[dict[str, Any]]
 
 async def events(conn: AsyncConnection, pipeline_id: Any) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM events WHERE operation_id = %s ORDER BY id",
-                          (pipeline_id,))
+        await cur.execute(f"SELECT {columns.of('events')} FROM events WHERE operation_id = %s"
+                          " ORDER BY id", (pipeline_id,))
         return await cur.fetchall()
 
 
@@ -127,7 +130,7 @@ async def advance(conn: AsyncConnection, *, actor: str = "reconciler", limit: in
     bug, a conflict) is logged and left for the next pass, the others go on."""
     changed = 0
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM pipelines WHERE state = 'running' ORDER BY created_at"
+        await cur.execute(f"SELECT {_P} FROM pipelines WHERE state = 'running' ORDER BY created_at"
                           " LIMIT %s FOR UPDATE SKIP LOCKED", (limit,))
         for p in await cur.fetchall():
             try:
@@ -306,8 +309,8 @@ async def _start(conn: AsyncConnection, p: dict[str, Any], step: dict[str, Any],
 
 async def _cached(conn: AsyncConnection, project_id: Any, key: str) -> dict[str, Any] | None:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM pipeline_cache WHERE project_id = %s AND cache_key = %s",
-                          (project_id, key))
+        await cur.execute(f"SELECT {columns.of('pipeline_cache')} FROM pipeline_cache"
+                          " WHERE project_id = %s AND cache_key = %s", (project_id, key))
         return await cur.fetchone()
 
 
