@@ -32,6 +32,8 @@ KNOWN: dict[str, str] = {
     "token-cached-forever": "the agent keeps its first token forever: rotation breaks it",
     "zone-sticky-retry": "a retry is routed only to the zone of its previous attempt",
     "contract-too-early": "the N+1 migration renames a column release N still reads",
+    "readyz-needs-telemetry": "/readyz also requires Prometheus: losing telemetry takes the API "
+                              "out of service",
 }
 
 
@@ -52,6 +54,7 @@ WHERE: dict[str, frozenset[str]] = {
     "token-cached-forever": frozenset({"agent"}),
     "zone-sticky-retry": frozenset({"reconciler"}),
     "contract-too-early": frozenset({"migrate"}),  # the schema step of a rolling upgrade
+    "readyz-needs-telemetry": frozenset({"api"}),
 }
 
 

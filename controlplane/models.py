@@ -37,7 +37,7 @@ class Placement(Strict):
 
 
 class Workload(Strict):
-    kind: Literal["train", "sleep", "fail"] = "train"
+    kind: Literal["train", "sleep", "fail", "prepare", "evaluate"] = "train"
     image: str = Field(min_length=1, max_length=512)
     params: dict[str, Any] = Field(default_factory=dict)
 

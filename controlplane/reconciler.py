@@ -20,6 +20,7 @@ import psycopg
 from controlplane import clock, defects, metrics
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import agents as agent_store
+from controlplane.store import pipelines as pipeline_store
 from controlplane.store import scheduling
 from controlplane.store.operations import NOTIFY_CHANNEL
 
@@ -116,6 +117,8 @@ class Reconciler:
             metrics.RECONCILER_PASSES.labels("expire").inc()
             await scheduling.wake_retries(conn)
             await scheduling.enforce_timeouts(conn)
+        # pipelines first: a step whose upstream manifest was just accepted is routed below
+        await pipeline_store.advance(conn)
         if now - self._last_full > self.s.blocked_recheck_seconds:
             self._fleet, self._last_full = None, now  # periodic safety net for blocked work
         st, self._fleet, self._blocked_cursor = await scheduling.schedule(

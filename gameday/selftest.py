@@ -58,6 +58,7 @@ MATRIX: tuple[Case, ...] = (
     Case("ineligible-fallback-region", "ineligible-fallback", "ineligible-fallback-region",
          "ineligible-fallback-region.invariant.eligible-placement"),
     Case("upgrade", "contract-too-early", "upgrade", "upgrade.invariant.served-after-detection"),
+    Case("telemetry-loss", "readyz-needs-telemetry", "telemetry-loss", "telemetry-loss.rto"),
 )
 MATRIX += (
     Case("clock-skew", "lease-from-agent-clock", "clock-skew",

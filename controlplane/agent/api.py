@@ -172,6 +172,13 @@ class AgentApi:
         whatever its state now: for when the agent owns no live attempt to send it on."""
         self._post(f"/v1/agents/{agent_id}/events", {"attempt_id": attempt_id, "events": events})
 
+    def side_effect(self, operation_id: str, action_id: str, kind: str,
+                    payload: dict[str, Any]) -> dict[str, Any]:
+        """Record an external action once: the same ``action_id`` again (a retry after a lost
+        answer, another attempt) gets the first receipt back."""
+        return self._post(f"/v1/operations/{operation_id}/side-effects",
+                          {"action_id": action_id, "kind": kind, "payload": payload})
+
     def report(self, attempt_id: str, fencing_token: int, state: str, reason: str,
                error: dict[str, str] | None = None, result: dict[str, Any] | None = None,
                events: list[dict[str, Any]] | None = None) -> None:

@@ -20,6 +20,7 @@ stopping) stays there for the agent's flusher.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -219,6 +220,8 @@ class AttemptRunner(threading.Thread):
             labels=dict(self.claim.spec.get("labels") or {}),
             workload_class=self.claim.spec.get("workload_class"),
             interruptible=bool((self.claim.spec.get("placement") or {}).get("interruptible")),
+            pipeline_inputs=(json.dumps(pipeline["inputs"], sort_keys=True)
+                             if (pipeline := self.claim.spec.get("pipeline")) else None),
         )
 
     def _start_failed(self, reason: str, message: str, *, transient: bool) -> None:
@@ -324,6 +327,14 @@ class AttemptRunner(threading.Thread):
             self._final_report("failed", f"workload exited 0 but its artifacts are incomplete: {reason}",
                                transient=True)
             return Ending.FAILED
+        pipeline = self.claim.spec.get("pipeline")
+        if pipeline is not None:  # a pipeline step must have consumed exactly what it was given
+            given = sorted(pipeline["inputs"]["digests"])
+            if sorted(manifest.get("inputs") or []) != given:
+                self._final_report("failed", "completion manifest lists inputs "
+                                   f"{manifest.get('inputs')!r}, the step was given {given!r}",
+                                   transient=False)
+                return Ending.FAILED
         prefix = storage.artifact_prefix(self.claim.operation_id, self.claim.number)
         result = {
             "artifacts_prefix": prefix,
@@ -336,8 +347,35 @@ class AttemptRunner(threading.Thread):
             "last_checkpoint": self.observed.last_checkpoint,
             "torn_checkpoints_skipped": self.observed.torn_skipped,
         }
+        if pipeline is not None:  # what the control plane checks before downstream starts
+            result["inputs"] = sorted(manifest.get("inputs") or [])
+            result["checks"] = manifest.get("checks") or {}
+            if pipeline.get("side_effect"):
+                result["side_effect"] = self._side_effect_once(pipeline["side_effect"],
+                                                               result["inputs"])
         self._final_report("succeeded", "workload succeeded; completion manifest verified", result=result)
         return Ending.SUCCEEDED
+
+    def _side_effect_once(self, effect: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
+        """A release step's registration under its stable action identity. The payload names
+        what is registered by the digests it consumed, the same for every attempt, so a retry
+        after a lost answer, or a later attempt, gets the first receipt instead of registering
+        a second model. Retried while the API is unavailable and the lease holds."""
+        payload = {"inputs": inputs}
+        while True:
+            try:
+                answer = self.api.side_effect(self.claim.operation_id, effect["action_id"],
+                                              effect["kind"], payload)
+                return {"action_id": effect["action_id"], "receipt": answer.get("receipt"),
+                        "created": answer.get("created")}
+            except ApiUnavailable as exc:
+                log.warning("attempt %s: side effect not recorded yet: %s",
+                            self.claim.attempt_id, exc)
+            if time.monotonic() >= self._next_heartbeat:
+                self._heartbeat()
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost("lease expired before the side effect could be recorded")
+            time.sleep(max(self.settings.tick, 0.2))
 
     def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
         """Read back COMPLETE.json and checksums, holding the lease while the store is down."""

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from controlplane import defects
-from controlplane.api import admin, agents, errors, health, operations, operator
+from controlplane.api import admin, agents, errors, health, operations, operator, pipelines
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
 from controlplane.api.group_commit import GroupCommit
@@ -60,7 +60,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
-    for router in (health.router, operations.router, agents.router, operator.router):
+    for router in (health.router, operations.router, agents.router, operator.router,
+                   pipelines.router):
         app.include_router(router)
     admin.install(app)  # restore from a client ledger; 308 for redirected ids
     return app

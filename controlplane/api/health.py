@@ -2,6 +2,10 @@
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
+import asyncio
+import os
+from urllib.parse import urlsplit
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -10,6 +14,22 @@ from controlplane import defects
 from controlplane.api.deps import Pool
 
 router = APIRouter(tags=["health"])
+
+# Where the platform's metrics are read (Prometheus). The control plane never calls it: it is
+# scraped, so losing telemetry must not touch serving. Only the seeded defect
+# readyz-needs-telemetry makes readiness depend on it (the telemetry-loss experiment).
+TELEMETRY_URL_ENV = "CONTROLPLANE_TELEMETRY_URL"
+
+
+async def _telemetry_reachable(url: str) -> str | None:
+    parts = urlsplit(url)
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname, parts.port or 80), 0.5)
+    except (OSError, TimeoutError) as exc:
+        return f"telemetry {url}: {exc or type(exc).__name__}"
+    writer.close()
+    return None
 
 
 @router.get("/healthz")
@@ -26,6 +46,11 @@ async def readyz(pool: Pool) -> Response:
             await c.execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         return JSONResponse({"status": "unavailable", "detail": f"database: {exc}"}, 503)
+    telemetry = os.environ.get(TELEMETRY_URL_ENV)
+    if telemetry and defects.enabled("readyz-needs-telemetry"):  # seeded defect: test only
+        problem = await _telemetry_reachable(telemetry)
+        if problem:
+            return JSONResponse({"status": "unavailable", "detail": problem}, 503)
     return JSONResponse({"status": "ready"})
 
 

@@ -21,6 +21,8 @@ def operation(row: dict[str, Any], project: str | None) -> dict[str, Any]:
         "created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat(),
         "result": row["result"], "last_error": row["last_error"], "first_error": row["first_error"],
     })
+    if "pipeline" in spec:  # a pipeline step: its inputs, cache key and action identity
+        doc["pipeline"] = spec["pipeline"]
     return doc
 
 

@@ -27,6 +27,9 @@ PARAM_FLAGS: dict[str, dict[str, str]] = {
     "train": _TRAIN_FLAGS,
     "sleep": {"seconds": "--seconds"},  # load-test filler: progress + artifacts, no compute
     "fail": {"exit_code": "--exit-code", "seconds": "--seconds"},  # fault injection
+    # pipeline steps (controlplane/workload/steps.py); train candidates use "train"
+    "prepare": {"seconds": "--seconds"},
+    "evaluate": {"seconds": "--seconds"},
 }
 WORKLOAD_KINDS = frozenset(PARAM_FLAGS)
 
@@ -53,6 +56,8 @@ class LaunchSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     workload_class: str | None = None  # controlplane/workload_classes.py
     interruptible: bool = False  # may run on spot capacity (checkpointable classes only)
+    # a pipeline step's inputs (JSON): the upstream manifests it must start from, explicitly
+    pipeline_inputs: str | None = None
 
 
 def workload_args(spec: LaunchSpec) -> list[str]:
@@ -72,6 +77,8 @@ def workload_args(spec: LaunchSpec) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidWorkload(f"workload.params.{key} must be a number, got {value!r}")
         args += [flags[key], str(value)]
+    if spec.pipeline_inputs is not None:
+        args += ["--pipeline-inputs", spec.pipeline_inputs]
     return args
 
 

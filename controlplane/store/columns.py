@@ -8,7 +8,7 @@ N+1's expand runs (docs/upgrades.md). A named list keeps its result type whateve
 prepared statements stay on: turning them off instead cost PostgreSQL about 0.3-0.5 ms of CPU
 per submission in `gameday bench controlplane` (docs/upgrades.md, "Expand-safe SQL").
 
-The lists are the schema release N runs on (migration 0003). A column an expand adds is read
+The lists are the schema release N runs on (migration 0004). A column an expand adds is read
 only by the release that knows it, in place of the column it replaces (``RENAMED``), so that
 release also runs once the contract has dropped the old one. tests/controlplane/test_store_columns.py
 checks these lists against the migrated schema and that no store statement returns ``*``.
@@ -41,6 +41,15 @@ TABLES: dict[str, tuple[str, ...]] = {
     "operation_redirects": (
         "old_id", "new_id", "project_id", "idempotency_key", "restore_id", "acknowledged_at",
         "created_at"),
+    "pipelines": (
+        "id", "project_id", "idempotency_key", "payload_hash", "name", "spec", "state",
+        "state_reason", "report", "created_at", "updated_at"),
+    "pipeline_steps": (
+        "pipeline_id", "name", "position", "state", "state_reason", "operation_id", "cache_key",
+        "inputs", "manifest", "report", "started_at", "finished_at", "updated_at"),
+    "pipeline_cache": (
+        "project_id", "cache_key", "components", "manifest", "source_pipeline_id", "source_step",
+        "source_operation_id", "created_at"),
 }
 
 # release -> table -> {column of N: the column that release reads instead} (controlplane/release.py)

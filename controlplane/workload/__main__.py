@@ -35,9 +35,15 @@ def die_with_parent(parent_pid: int) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m controlplane.workload", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kind", choices=["train", "sleep", "fail"], default="train",
+    p.add_argument("--kind", choices=["train", "sleep", "fail", "prepare", "evaluate"],
+                   default="train",
                    help="train: the numpy job; sleep: progress + artifacts only; fail: exit with "
-                   "--exit-code after --seconds (fault injection)")
+                   "--exit-code after --seconds (fault injection); prepare, evaluate: pipeline "
+                   "steps (controlplane/workload/steps.py)")
+    p.add_argument("--pipeline-inputs", default=None,
+                   help="a pipeline step's inputs as JSON (upstream completion manifests and "
+                   "datasets, given by the control plane): read from the named prefixes and "
+                   "checked by sha256 before use")
     p.add_argument("--seconds", type=float, default=1.0, help="duration of sleep/fail kinds")
     p.add_argument("--exit-code", type=int, default=1, help="exit code of the fail kind")
     p.add_argument("--operation-id", required=True)
@@ -81,8 +87,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     # a store that is down at start is a pause too: say so from the first try on
     store.on_retry = pause_reporter
+    inputs = None
+    if args.pipeline_inputs is not None or args.kind in ("prepare", "evaluate"):
+        import json
+
+        from controlplane.workload import steps
+        try:
+            inputs = steps.read_inputs(store, json.loads(args.pipeline_inputs or "null"))
+        except ValueError as exc:  # the bytes behind an input are not the ones it was given
+            emit("start_failed", str(exc), error_kind="deterministic")
+            return EXIT_INVALID
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
-                     checkpoint_commit_delay=args.checkpoint_commit_delay)
+                     checkpoint_commit_delay=args.checkpoint_commit_delay,
+                     inputs=inputs.digests if inputs is not None else None)
+    if args.kind in ("prepare", "evaluate"):
+        assert inputs is not None
+        run_step = steps.prepare if args.kind == "prepare" else steps.evaluate
+        run_step(store, args.operation_id, args.attempt, inputs, args.seconds)
+        return EXIT_OK
     if args.kind == "fail":
         time.sleep(max(0.0, args.seconds))
         emit("log", f"fail workload exiting with {args.exit_code} as asked")

@@ -20,6 +20,9 @@ class RunContext:
     store: storage.ObjectStore
     step_delay: float = 0.0  # seconds per step: lets tests interrupt a run mid-way
     checkpoint_commit_delay: float = 0.0  # files written, manifest not yet: a torn window
+    # a pipeline step: the input digests it consumed (verified by workload/steps.py), recorded
+    # in COMPLETE.json; None outside pipelines
+    inputs: list[str] | None = None
 
 
 def resume_state(ctx: RunContext, config: model.TrainConfig) -> model.TrainState:
@@ -47,7 +50,8 @@ def _finish(ctx: RunContext, weights: bytes, metrics: dict[str, object]) -> None
     manifest = storage.write_artifacts(
         ctx.store, ctx.operation_id, ctx.attempt,
         {"model.npy": weights, "metrics.json": json.dumps(metrics, sort_keys=True).encode()},
-        extra={"operation_id": ctx.operation_id, "attempt": ctx.attempt, "steps": metrics["steps"]},
+        extra={"operation_id": ctx.operation_id, "attempt": ctx.attempt, "steps": metrics["steps"],
+               **({"inputs": ctx.inputs} if ctx.inputs is not None else {})},
     )
     prefix = storage.artifact_prefix(ctx.operation_id, ctx.attempt)
     emit("artifact_written", f"artifacts at {prefix}", prefix=prefix,

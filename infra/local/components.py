@@ -493,7 +493,9 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
             port = ports[f"api{i}"]
             # through the replica's own proxy route to HAProxy's pg frontend, so one replica
             # can lose its database while the other keeps it (partition_database)
-            api_env = {**cp_env, "CONTROLPLANE_DSN": app_dsn(ports, state, f"proxy_db_api{i}")}
+            api_env = {**cp_env, "CONTROLPLANE_DSN": app_dsn(ports, state, f"proxy_db_api{i}"),
+                       # never called by the healthy API (controlplane/api/health.py)
+                       "CONTROLPLANE_TELEMETRY_URL": f"http://127.0.0.1:{ports['prometheus']}"}
             specs.append(ComponentSpec(
                 name=f"api-{i}", kind="api", group=Group.CONTROLPLANE,
                 argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port),

@@ -28,6 +28,10 @@ ROUTES_BEFORE_SPLIT = {
     ("/v1/operations/{op_id}/events", "GET"),
     ("/v1/operations/{op_id}/route", "POST"),
     ("/v1/operations/{op_id}/side-effects", "POST"),
+    # pipelines (docs/CONTRACTS.md section 5)
+    ("/v1/pipelines", "POST"),
+    ("/v1/pipelines/{pipeline_id}", "GET"),
+    ("/v1/pipelines/{pipeline_id}/events", "GET"),
 }
 
 
