@@ -1,0 +1,157 @@
+"""The `full`-only classes beyond the core, each on one environment from a fresh clone: the
+healthy platform passes the class's experiment measured, and its seeded defect is caught by
+the named objective (gameday/selftest.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.gameday.freshclone import FreshClone, fresh_clone, journal
+from tests.gameday.localrun import env_secrets, leaked_secrets, only_run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
+    yield from fresh_clone(tmp_path_factory)
+
+
+@pytest.mark.timeout(1200)
+def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: FreshClone) -> None:
+    """clock-skew is in the `full` suite only: its healthy run and its seeded defect
+    (`lease-from-agent-clock`) are proven here, on the module's environment."""
+    runs = clone.root / "clock-skew-runs"
+    r = clone.gameday("run", "--experiment", "clock-skew", "--runs-dir", str(runs), timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["exit_code"] == 0, verdict["reason"]
+    [e] = verdict["experiments"]
+    assert e["name"] == "clock-skew" and e["fault_source"] == "faults.jsonl"
+    assert e["recovery_seconds"] is not None and e["recovery_seconds"] <= e["rto_seconds"]
+    j = journal(run_dir, "clock-skew")
+    assert j["status"] == "completed" and not j["deviated"]
+    assert all(p["tolerance_met"] for p in j["steady_states"]["after"]["probes"])
+    # the skews really were jumps of both clocks, forward and backward, recorded with start/end
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    skews = [f for f in faults if f["fault"] == "clock_skew"]
+    starts = {(f["target"], f["details"]["offset_seconds"]) for f in skews
+              if f["event"] == "fault_start"}
+    assert starts == {("cpu-1", -30.0), ("cpu-1", 30.0), ("reconciler", 30.0),
+                      ("reconciler", -30.0)}
+    assert sum(f["event"] == "fault_end" for f in skews) == 4  # restore_all undid the last ones
+    checks = {c["id"]: c for c in verdict["checks"]}
+    for name in ("lease-granted-once", "fencing"):
+        c = checks[f"clock-skew.invariant.{name}"]
+        assert c["status"] == "pass" and c["measured"] == 0, c
+    # the agent's claims carried its skewed clock (the probe's evidence, in the store snapshot)
+    claims = [json.loads(x) for x in (run_dir / "snapshot" / "events.jsonl").read_text()
+              .splitlines() if x and json.loads(x)["kind"] == "claimed"]
+    offsets = [c["data"].get("agent_clock_offset") for c in claims]
+    assert any(o is not None and abs(o) >= 25 for o in offsets), offsets
+
+    caught = clone.gameday("selftest", "--defect", "lease-from-agent-clock", "--runs-dir",
+                           str(runs), timeout=900)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    matrix = json.loads((selftest / "selftest.json").read_text())
+    assert [m["defect"] for m in matrix] == ["lease-from-agent-clock"], matrix
+    assert matrix[0]["caught"], json.dumps(matrix, indent=1) + caught.stdout[-3000:]
+    assert caught.returncode == 0, caught.stdout[-4000:] + caught.stderr[-2000:]
+
+
+@pytest.mark.timeout(900)
+def test_credential_rotation_passes_and_a_token_cached_forever_is_caught(
+        clone: FreshClone) -> None:
+    """Issue 17 item 5: agent token, project token and database password rotated under load,
+    no failed acknowledged submission, no lost lease, the old ones refused; and an agent that
+    keeps its first token forever is caught by `leases-held`."""
+    runs = clone.path / "runs-credrot"
+    r = clone.gameday("run", "--experiment", "credential-rotation", "--runs-dir", str(runs),
+                      timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    (e,) = verdict["experiments"]
+    assert e["name"] == "credential-rotation" and e["recovery_seconds"] is not None, e
+    checks = {c["id"]: c for c in verdict["checks"] if c["experiment"] == "credential-rotation"}
+    assert checks["credential-rotation.invariant.leases-held"]["status"] == "pass", checks
+    assert checks["credential-rotation.rpo.acknowledged_submissions"]["status"] == "pass", checks
+    j = journal(run_dir, "credential-rotation")
+    assert j["status"] == "completed" and not j["deviated"], j["status"]
+    after = {p["activity"]["name"]: p["output"] for p in j["steady_states"]["after"]["probes"]}
+    proof = after["retired-credentials-refused"]
+    assert proof["refused"] is True and proof["db_password"].startswith("refused"), proof
+    assert all(v["retired"].startswith("401") for k, v in proof.items() if "@" in k), proof
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    assert [f["event"] for f in faults if f["fault"] == "credential_rotation"] == [
+        "fault_start", "fault_end"]
+    # neither the current secrets nor the retired ones in any log, evidence file or report
+    state = clone.path / ".gameday" / "envs" / "local"
+    secrets = env_secrets(state)
+    retired = json.loads((state / "secrets" / "retired.json").read_text())
+    secrets.update({f"retired.{k}": v for k, v in retired.items()
+                    if k in ("agent_token", "pg_app", "project_token")})
+    assert leaked_secrets([state / "logs", run_dir], secrets) == []
+
+    r = clone.gameday("selftest", "--defect", "token-cached-forever", "--runs-dir", str(runs),
+                      timeout=600)
+    tests = list(runs.glob("selftest-*"))
+    assert len(tests) == 1, r.stdout[-4000:] + r.stderr[-3000:]
+    matrix = json.loads((tests[0] / "selftest.json").read_text())
+    assert [(m["defect"], m["caught"]) for m in matrix] == [("token-cached-forever", True)], (
+        json.dumps(matrix, indent=1) + r.stdout[-3000:])
+    assert r.returncode == 0, r.stdout[-4000:]
+
+
+@pytest.mark.timeout(1500)
+def test_zone_outage_passes_measured_and_its_seeded_defect_is_caught(clone: FreshClone) -> None:
+    """zone-outage (full suite only): the healthy platform passes with the experiment measured,
+    the lost zone's work really moved to the other zone, and `zone-sticky-retry` is caught."""
+    runs = clone.path / "runs-zone-outage"
+    r = clone.gameday("run", "--experiment", "zone-outage", "--runs-dir", str(runs), timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    (e,) = verdict["experiments"]
+    assert e["name"] == "zone-outage" and e["fault_source"] == "faults.jsonl", e
+    assert e["recovery_seconds"] is not None and e["recovery_seconds"] <= e["rto_seconds"], e
+    checks = {c["id"]: c for c in verdict["checks"]}
+    for check in ("zone-outage.rto", "zone-outage.rpo.acknowledged_submissions",
+                  "zone-outage.invariant.eligible-placement"):
+        assert checks[check]["status"] == "pass", checks[check]
+    j = journal(run_dir, "zone-outage")
+    assert j["status"] == "completed" and not j["deviated"]
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    (start,) = [f for f in faults if f["event"] == "fault_start" and f["fault"] == "zone_outage"]
+    lost_zone = start["target"]  # the synchronous standby's zone
+    parts = start["details"]
+    zones = json.loads((clone.path / ".gameday" / "envs" / "local" / "env.json").read_text())[
+        "zones"]
+    assert {k: parts[k] for k in ("api", "database", "agents", "routes")} == zones[lost_zone]
+    assert len(parts["api"]) == 1 and len(parts["database"]) == 1 and parts["agents"]
+    assert parts["primary_lost"] is False
+    (end,) = [f for f in faults if f["event"] == "fault_end" and f["fault"] == "zone_outage"]
+    # every part of the zone was really down: restore_zone had to start each one again
+    assert set(end["details"]["restarted"]) == {*parts["api"], *parts["database"],
+                                                *parts["agents"]}, end
+    # the lost zone's work moved: an attempt lost in the lost zone, then success in the other
+    agents = {a["name"]: a for a in map(json.loads, (run_dir / "snapshot" / "agents.jsonl")
+                                        .read_text().splitlines())}
+    attempts = [json.loads(x) for x in
+                (run_dir / "snapshot" / "attempts.jsonl").read_text().splitlines() if x]
+    lost = {a["operation_id"] for a in attempts
+            if a["state"] == "lost" and agents[a["agent_name"]]["zone"] == lost_zone}
+    moved = {a["operation_id"] for a in attempts if a["operation_id"] in lost
+             and a["state"] == "succeeded" and agents[a["agent_name"]]["zone"] != lost_zone}
+    assert moved, f"no work lost in {lost_zone} was completed in the other zone"
+
+    r = clone.gameday("selftest", "--defect", "zone-sticky-retry", "--runs-dir",
+                      str(clone.path / "runs-zone-selftest"), timeout=900)
+    (root,) = sorted((clone.path / "runs-zone-selftest").glob("selftest-*"))
+    (row,) = json.loads((root / "selftest.json").read_text())
+    assert row["defect"] == "zone-sticky-retry" and row["caught"], (row, r.stdout[-4000:])
+    assert r.returncode == 0, r.stdout[-4000:]
