@@ -14,7 +14,7 @@ run: setup
 
 ## All tests (real PostgreSQL, HAProxy, Prometheus, registry, moto, Chaos Toolkit, Locust).
 test: setup
-	$(VENV)/pytest -q
+	$(VENV)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: setup
 	$(VENV)/pytest -q -m "not slow"

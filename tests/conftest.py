@@ -54,3 +54,22 @@ def cp_stack(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield cp
     finally:
         cp.stop()
+
+
+# The longest modules first (figures from `--durations` of CI-like runs): `make test` runs
+# `-n 2 --dist loadfile --no-loadscope-reorder` (pytest-xdist), so each module runs whole on one
+# worker in this order, and starting the end-to-end game days first (mostly waiting on faults
+# and recoveries, each on its own local environment) keeps the two workers' shares even.
+LONG_FIRST = (
+    "tests/gameday/test_selftest_core.py",
+    "tests/gameday/test_gameday_full.py",
+    "tests/gameday/test_gameday_upgrade.py",
+    "tests/gameday/test_gameday_local.py",
+    "tests/platforms/test_prefect_gameday.py",
+    "tests/gameday/test_db_restore.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
