@@ -128,13 +128,16 @@ def side_effect_once(side_effects: Sequence[SideEffectRecord] | None, start: flo
 
 def _pipelines_in(pipelines: Iterable[PipelineRecord], start: float, end: float,
                   ) -> list[PipelineRecord]:
-    return [p for p in pipelines if _in(p.created_at, start, end)]
+    """Pipelines that lived in [start, end]: created by its end, last changed after its start
+    (a pipeline submitted just before the fault it is meant to meet counts)."""
+    return [p for p in pipelines if ts(p.created_at) <= end
+            and ts(p.updated_at or p.created_at) >= start]
 
 
 def partial_failure_visibility(pipelines: Sequence[PipelineRecord] | None,
                                steps: Sequence[PipelineStepRecord] | None, start: float,
                                end: float) -> InvariantResult:
-    """Every aggregation step (of a pipeline created in [start, end]) that was decided while a
+    """Every aggregation step (of a pipeline that lived in [start, end]) that was decided while a
     candidate had not succeeded names every candidate in its report, and each one it did not
     get under ``excluded`` with a reason; a pipeline that succeeded incomplete names them in
     its own report too. Judged: aggregation steps with at least one such candidate."""
@@ -184,7 +187,7 @@ def _failed_checks(m: dict[str, Any] | None) -> list[str]:
 def release_after_checks(pipelines: Sequence[PipelineRecord] | None,
                          steps: Sequence[PipelineStepRecord] | None, start: float, end: float,
                          ) -> InvariantResult:
-    """A release step (of a pipeline created in [start, end]) whose upstream manifests carry a
+    """A release step (of a pipeline that lived in [start, end]) whose upstream manifests carry a
     failed check, or no check at all, never runs (never gets an operation). Judged: the release
     steps that faced a failed or missing check; none is no data (the refusal was not
     exercised)."""
@@ -223,7 +226,7 @@ def release_after_checks(pipelines: Sequence[PipelineRecord] | None,
 def usable_result_seconds(pipelines: Sequence[PipelineRecord] | None,
                           steps: Sequence[PipelineStepRecord] | None, start: float, end: float,
                           ) -> dict[str, dict[str, float | None]] | None:
-    """Per pipeline created in [start, end]: seconds from its submission to a usable result of
+    """Per pipeline that lived in [start, end]: seconds from its submission to a usable result of
     each phase (the last step of that phase succeeded or reused); None for a phase that never
     produced one. None when the pipeline records are missing."""
     if pipelines is None or steps is None:

@@ -210,9 +210,13 @@ def test_release_after_checks_is_no_data_when_no_check_failed_or_records_are_mis
     r = release_after_checks([_pipeline()], _run(), START, END)
     assert r.judged == 0 and r.no_data and not r.violations
     assert "missing" in (release_after_checks([_pipeline()], None, START, END).no_data or "")
-    # a pipeline created outside the window is not judged
+    # a pipeline that ended before the window is not judged; one submitted before it and
+    # still changing in it is
     r = release_after_checks([_pipeline(created=-50)], _run(FAILED), START, END)
     assert r.judged == 0 and r.no_data
+    live = _pipeline(created=-50).model_copy(update={"updated_at": _at(30)})
+    r = release_after_checks([live], _run(FAILED), START, END)
+    assert r.judged == 1 and len(r.violations) == 1
 
 
 # -- time to a usable result per phase ------------------------------------------------------
