@@ -22,6 +22,7 @@ __all__ = [
     "heal_agent",
     "heal_database",
     "heal_partitioned",
+    "interrupt_pipeline_step",
     "kill",
     "kill_agent_during_checkpoint",
     "make_artifact_store_unreachable",
@@ -30,6 +31,7 @@ __all__ = [
     "partition_agent_running",
     "partition_database",
     "replay_acknowledged",
+    "replay_side_effect",
     "restore_all",
     "restore_artifact_store",
     "restore_clock",
@@ -45,8 +47,10 @@ __all__ = [
     "start",
     "stop",
     "stop_agents_in_region",
+    "submit_pipeline",
     "submit_workloads",
     "wait_for_operations",
+    "wait_for_pipeline",
     "wait_for_progress",
     "wait_for_storage_pause",
     "withdraw_pool",
@@ -59,6 +63,7 @@ FAULTS = (
     "crash_database_primary",
     "fail_over_database",
     "hang",
+    "interrupt_pipeline_step",
     "kill",
     "kill_agent_during_checkpoint",
     "make_artifact_store_unreachable",
@@ -563,3 +568,192 @@ def restore_zone(zone: str, configuration: Configuration = None, secrets: Secret
     if zone == "standby":  # the zone zone_outage chose
         zone = ctx.recall("zone-outage:zone")[0]
     return ctx.driver.restore_zone(_zone(ctx, zone))
+
+
+# -- pipelines (reference control plane; docs/CONTRACTS.md section 5) -------------------------
+PIPELINE_DATASET = "churn-rows"
+
+
+def _pipelines(ctx: Context) -> Any:
+    p = ctx.platform
+    if not hasattr(p, "submit_pipeline"):
+        raise ChaosError(f"platform {ctx.platform_name} has no pipelines API (reference control "
+                         "plane only)")
+    return p
+
+
+def _dataset_bytes(nonce: str, version: int) -> bytes:
+    # unique per run: the project's cache outlives a run, a rerun must not hit the last one's
+    return "".join(f"{nonce},row-{i},{(i * 7 + version) % 13}\n" for i in range(200)).encode()
+
+
+def _pipeline_body(image: str, name: str, dataset: dict[str, Any], min_candidates: int,
+                   interrupted_steps: int) -> dict[str, Any]:
+    def op(kind: str, params: dict[str, Any], max_retries: int = 2) -> dict[str, Any]:
+        return {"workload": {"kind": kind, "image": image, "params": params},
+                "max_retries": max_retries}
+    evaluate = {"seconds": 0.1, **({"min_candidates": min_candidates} if min_candidates else {})}
+    return {"name": name, "max_parallel_steps": 4, "labels": {"gameday": "pipeline-recovery"},
+            "steps": [
+                {"name": "prepare", "phase": "prepare", "datasets": [dataset],
+                 "environment": {"python": "3.12"}, "operation": op("prepare", {"seconds": 0.2})},
+                # the candidate the experiment interrupts: long enough to be killed mid-way
+                {"name": "train-a", "phase": "train", "needs": ["prepare"],
+                 "operation": op("train", {"steps": interrupted_steps, "checkpoint_every": 10,
+                                           "seed": 1, "step_delay": 0.1}, max_retries=3)},
+                {"name": "train-b", "phase": "train", "needs": ["prepare"],
+                 "operation": op("train", {"steps": 20, "checkpoint_every": 10, "seed": 2,
+                                           "step_delay": 0.02})},
+                # a candidate that fails for good: the evaluation must name it as excluded
+                {"name": "train-c", "phase": "train", "needs": ["prepare"],
+                 "operation": op("fail", {"exit_code": 2, "seconds": 0.2}, max_retries=0)},
+                {"name": "evaluate", "phase": "evaluate", "role": "aggregate",
+                 "needs": ["train-a", "train-b", "train-c"],
+                 "on_upstream_failure": {"policy": "continue-incomplete"},
+                 "operation": op("evaluate", evaluate)},
+                {"name": "register", "phase": "register", "role": "release",
+                 "needs": ["evaluate"], "side_effect": {"kind": "model_registration"},
+                 "operation": op("sleep", {"seconds": 0.1})},
+            ]}
+
+
+def submit_pipeline(tag: str, dataset_version: int = 1, min_candidates: int = 0,
+                    interrupted_steps: int = 80, wait_for: list[str] | str | None = None,
+                    timeout: float = 120.0, configuration: Configuration = None,
+                    secrets: Secrets = None) -> dict:
+    """Write the dataset's bytes (``dataset_version``) under the run's dataset name, submit the
+    experiment's pipeline (prepare -> train-a, train-b, train-c -> evaluate -> register) under
+    a new Idempotency-Key and remember it under ``tag``; optionally wait until it ends in one
+    of ``wait_for``. Version 2 keeps the name and the uri and changes the bytes (the declared
+    sha256 follows the bytes, as a user's would); ``min_candidates`` adds the evaluation check
+    enough_candidates, which fails with fewer candidates scored."""
+    ctx = _ctx(configuration)
+    cp = _pipelines(ctx)
+    try:
+        nonce = ctx.recall("pipeline:nonce")[0]
+    except ChaosError:
+        nonce = uuid.uuid4().hex[:12]
+        ctx.remember("pipeline:nonce", [nonce])
+    data = _dataset_bytes(nonce, dataset_version)
+    uri = f"datasets/{ctx.experiment}/{nonce}/rows.csv"
+    try:
+        cp.put_object(uri, data)
+    except Exception as exc:
+        raise ChaosError(f"dataset {uri}: could not be written: {exc}") from exc
+    dataset = {"name": PIPELINE_DATASET, "uri": uri, "sha256": _sha256(data)}
+    body = _pipeline_body(cp.pinned_image, f"{ctx.experiment}-{tag}", dataset, min_candidates,
+                          interrupted_steps)
+    key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            p = cp.submit_pipeline(body, key)
+            break
+        except PlatformError as exc:
+            if time.monotonic() > deadline:
+                raise ChaosError(f"pipeline {tag}: not acknowledged: {exc}") from None
+            time.sleep(0.5)
+    ctx.remember(tag, [p["id"]])
+    out = {"tag": tag, "pipeline_id": p["id"], "dataset_sha256": dataset["sha256"],
+           "image": cp.pinned_image}
+    if wait_for:
+        out["pipeline"] = _pipeline_summary(_wait_pipeline(ctx, p["id"], wait_for, timeout))
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pipeline_summary(p: dict[str, Any]) -> dict[str, Any]:
+    return {"state": p["state"], "state_reason": p["state_reason"], "report": p["report"],
+            "steps": {s["name"]: s["state"] for s in p["steps"]},
+            "timing": (p.get("timing") or {}).get("phases")}
+
+
+def _wait_pipeline(ctx: Context, pid: str, states: list[str] | str, timeout: float,
+                   ) -> dict[str, Any]:
+    wanted = {states} if isinstance(states, str) else set(states)
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = _pipelines(ctx).pipeline(pid)
+        except PlatformError:
+            time.sleep(0.5)
+            continue
+        if last["state"] in wanted:
+            return last
+        time.sleep(0.5)
+    raise ChaosError(f"pipeline {pid} not in {sorted(wanted)} within {timeout}s: "
+                     f"{_pipeline_summary(last) if last else 'never read'}")
+
+
+def wait_for_pipeline(tag: str, states: list[str] | str = "succeeded", timeout: float = 180.0,
+                      configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Wait until the pipeline of ``tag`` ends in one of ``states``."""
+    ctx = _ctx(configuration)
+    return _pipeline_summary(_wait_pipeline(ctx, ctx.recall(tag)[0], states, timeout))
+
+
+def _step(ctx: Context, tag: str, step: str) -> dict[str, Any]:
+    p = _pipelines(ctx).pipeline(ctx.recall(tag)[0])
+    return next(s for s in p["steps"] if s["name"] == step)
+
+
+def interrupt_pipeline_step(tag: str, step: str, after_step: int = 20, timeout: float = 90.0,
+                            configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """SIGKILL the agent running ``step`` of the pipeline of ``tag`` once its training reported
+    progress past ``after_step`` (a checkpoint exists to resume from). The workload dies with
+    its agent; the lease expires and the step's operation moves to a new attempt, which must
+    resume from the checkpoint (restore_all restarts the agent)."""
+    ctx = _ctx(configuration)
+    deadline = time.monotonic() + timeout
+    op_id: str | None = None
+    while time.monotonic() < deadline:
+        try:
+            s = _step(ctx, tag, step)
+        except PlatformError:
+            time.sleep(0.25)
+            continue
+        op_id = s["operation_id"]
+        if s["state"] not in ("waiting", "running"):
+            raise ChaosError(f"step {step} ended ({s['state']}: {s['state_reason']}) before it "
+                             "could be interrupted")
+        if op_id:
+            view = ctx.platform.get(op_id, timeline=True)
+            reached = max((int((e.get("data") or {}).get("step") or 0) for e in view.events
+                           if e["kind"] in ("progress", "checkpoint_written")), default=0)
+            if reached >= after_step:
+                agent = _running_agent(ctx, op_id)
+                out = ctx.driver.kill(agent)
+                ctx.remember(f"{tag}:killed", [agent])
+                ctx.remember(f"{tag}:{step}", [op_id])
+                return {"step": step, "operation_id": op_id, "agent": agent,
+                        "progress_step": reached, "killed_at": utcnow(), **out}
+        time.sleep(0.1)
+    raise ChaosError(f"step {step} of {tag} did not reach training step {after_step} within "
+                     f"{timeout}s (operation {op_id})")
+
+
+def replay_side_effect(tag: str, step: str = "register", configuration: Configuration = None,
+                       secrets: Secrets = None) -> dict:
+    """Send the registration of ``step`` again exactly as its agent sent it (operation, action
+    id, kind, payload): the retry of a client whose answer was lost. The platform must answer
+    with the first receipt (created false), never record a second registration."""
+    ctx = _ctx(configuration)
+    s = _step(ctx, tag, step)
+    if not s["operation_id"]:
+        raise ChaosError(f"step {step} of {tag} has no operation ({s['state']})")
+    result = ctx.platform.get(s["operation_id"]).result or {}
+    effect = result.get("side_effect") or {}
+    if not effect.get("action_id"):
+        raise ChaosError(f"step {step} of {tag}: its result records no side effect")
+    status, answer = _pipelines(ctx).record_side_effect(
+        s["operation_id"], effect["action_id"], "model_registration",
+        {"inputs": result.get("inputs") or []})
+    return {"operation_id": s["operation_id"], "action_id": effect["action_id"],
+            "first_receipt": effect.get("receipt"), "status": status,
+            "created": answer.get("created"), "receipt": answer.get("receipt")}

@@ -20,10 +20,12 @@ __all__ = [
     "never_ran_outside",
     "operations_blocked_with_reason",
     "operations_in_state",
+    "pipelines_in_state",
     "resumed_with_identical_weights",
     "retired_credentials_refused",
     "single_terminal_attempt",
     "stale_report_refused",
+    "step_resumed_from_checkpoint",
     "store_and_artifacts_reconciled",
     "submission_acknowledged",
 ]
@@ -216,3 +218,37 @@ def store_and_artifacts_reconciled(configuration: Configuration = None,
     if reconcile is None:
         return {"consistent": True, "note": f"{platform.name} has no artifact reconciliation"}
     return reconcile()
+
+
+def pipelines_in_state(tag: str, states: list[str] | str = "succeeded",
+                       configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """The pipeline of ``tag`` is in one of ``states``; vacuously true before the method
+    submitted it (reference control plane only)."""
+    ctx = _ctx(configuration)
+    wanted = {states} if isinstance(states, str) else set(states)
+    try:
+        ids = ctx.recall(tag)
+    except ChaosError:
+        return True
+    try:
+        return all(ctx.platform.pipeline(i)["state"] in wanted  # type: ignore[attr-defined]
+                   for i in ids)
+    except PlatformError:
+        return False
+
+
+def step_resumed_from_checkpoint(tag: str, step: str, configuration: Configuration = None,
+                                 secrets: Secrets = None) -> dict:
+    """The interrupted step's operation (remembered as ``tag:step`` by interrupt_pipeline_step)
+    ran a later attempt that resumed from a checkpoint past step 0. ``resumed`` is True before
+    the method (nothing interrupted yet)."""
+    ctx = _ctx(configuration)
+    try:
+        op_id = ctx.recall(f"{tag}:{step}")[0]
+    except ChaosError:
+        return {"resumed": True, "before_method": True}
+    view = ctx.platform.get(op_id, timeline=True)
+    steps = [int((e.get("data") or {}).get("from_step") or 0) for e in view.events
+             if e["kind"] == "resumed"]
+    return {"resumed": bool(steps) and max(steps) > 0 and view.state == "succeeded",
+            "from_steps": steps, "attempts": len(view.attempts), "state": view.state}

@@ -34,6 +34,12 @@ KNOWN: dict[str, str] = {
     "contract-too-early": "the N+1 migration renames a column release N still reads",
     "readyz-needs-telemetry": "/readyz also requires Prometheus: losing telemetry takes the API "
                               "out of service",
+    "cache-key-without-data": "a pipeline step's cache key omits its input datasets' digests: "
+                              "new bytes under the same name reuse a stale result",
+    "registration-without-receipt": "a side effect is recorded without its stable action "
+                                    "identity: a retry after a lost response registers twice",
+    "release-after-failed-check": "a pipeline's release step runs although an upstream check "
+                                  "failed",
 }
 
 
@@ -55,6 +61,9 @@ WHERE: dict[str, frozenset[str]] = {
     "zone-sticky-retry": frozenset({"reconciler"}),
     "contract-too-early": frozenset({"migrate"}),  # the schema step of a rolling upgrade
     "readyz-needs-telemetry": frozenset({"api"}),
+    "cache-key-without-data": frozenset({"reconciler"}),  # pipeline progression
+    "registration-without-receipt": frozenset({"api"}),  # POST .../side-effects
+    "release-after-failed-check": frozenset({"reconciler"}),  # pipeline progression
 }
 
 

@@ -67,6 +67,14 @@ MATRIX += (
          "credential-rotation.invariant.leases-held"),
 )
 MATRIX += (Case("zone-outage", "zone-sticky-retry", "zone-outage", "zone-outage.rto"),)
+MATRIX += (
+    Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",
+         "pipeline-recovery.invariant.stale-cache-reuse"),
+    Case("pipeline-recovery", "registration-without-receipt", "pipeline-recovery",
+         "pipeline-recovery.invariant.side-effect-once"),
+    Case("pipeline-recovery", "release-after-failed-check", "pipeline-recovery",
+         "pipeline-recovery.invariant.release-after-checks"),
+)
 
 
 @dataclass

@@ -32,7 +32,7 @@ SUITES: dict[str, tuple[str, ...]] = {
 # The upgrade leaves the schema expanded (release N runs on it by design, docs/upgrades.md):
 # last, so every other class runs on the schema it was written for.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
-                  "zone-outage", "telemetry-loss", "upgrade")
+                  "zone-outage", "telemetry-loss", "pipeline-recovery", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)

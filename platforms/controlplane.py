@@ -43,6 +43,26 @@ _EVENTS_SQL = f"""
 SELECT id, operation_id::text, attempt_id::text, time, actor, kind, from_state, to_state, reason,
        coalesce(data, '{{}}'::jsonb) AS data FROM events
 WHERE operation_id IN ({_RUN_OPS}) ORDER BY id"""
+# pipelines submitted since the run's start, their steps, their events (operation_id is the
+# pipeline's id) and the side effects of the run's operations: what the pipeline invariants
+# judge (docs/EVIDENCE.md, "Pipelines")
+_RUN_PIPELINES = "SELECT id FROM pipelines WHERE created_at >= %(since)s"
+_PIPELINES_SQL = """
+SELECT l.id::text, p.name AS project, l.name, l.idempotency_key, l.state, l.state_reason,
+       l.report, l.spec, l.created_at, l.updated_at
+FROM pipelines l JOIN projects p ON p.id = l.project_id
+WHERE l.created_at >= %(since)s ORDER BY l.created_at"""
+_PIPELINE_STEPS_SQL = f"""
+SELECT pipeline_id::text, name, position, state, state_reason, operation_id::text, cache_key,
+       inputs, manifest, report, started_at, finished_at
+FROM pipeline_steps WHERE pipeline_id IN ({_RUN_PIPELINES}) ORDER BY pipeline_id, position"""
+_PIPELINE_EVENTS_SQL = f"""
+SELECT id, operation_id::text AS pipeline_id, time, actor, kind, reason,
+       coalesce(data, '{{}}'::jsonb) AS data FROM events
+WHERE operation_id IN ({_RUN_PIPELINES}) ORDER BY id"""
+_SIDE_EFFECTS_SQL = f"""
+SELECT operation_id::text, action_id, kind, payload, receipt, created_at FROM side_effects
+WHERE operation_id IN ({_RUN_OPS}) ORDER BY created_at"""
 # what eligibility is judged against (docs/EVIDENCE.md, snapshot/agents.jsonl)
 _AGENTS_SQL = """
 SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries,
@@ -66,11 +86,12 @@ class ControlPlaneAdapter:
                  s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
                  image: str = "127.0.0.1:5000/ml/trainer:1.0", timeout: float = 5.0,
                  region: str | None = None, agent_token: str | None = None,
-                 admin_token: str | None = None) -> None:
+                 admin_token: str | None = None, image_digest: str | None = None) -> None:
         self.api_url, self.project, self.admin_dsn = api_url, project, admin_dsn
         self.region = region  # real AWS S3 when there is no endpoint (cloud runs)
         self.s3_endpoint, self.bucket, self.image = s3_endpoint, bucket, image
         self.agent_token, self.admin_token = agent_token, admin_token
+        self.image_digest = image_digest
         self.http = httpx.Client(base_url=api_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -85,6 +106,7 @@ class ControlPlaneAdapter:
                    bucket=endpoints.get("bucket", "ml-artifacts"),
                    image=endpoints.get("image", "127.0.0.1:5000/ml/trainer:1.0"),
                    region=endpoints.get("region"), agent_token=tokens.get("agent"),
+                   image_digest=endpoints.get("image_digest"),
                    admin_token=tokens.get("admin"))
 
     # -- work ------------------------------------------------------------------------------
@@ -145,6 +167,47 @@ class ControlPlaneAdapter:
         if r.status_code not in (200, 409):
             raise PlatformError(f"cancel {operation_id}: HTTP {r.status_code}: {r.text[:200]}")
         return self.get(operation_id)
+
+    # -- pipelines (reference control plane only; docs/CONTRACTS.md section 5) -------------
+    @property
+    def pinned_image(self) -> str:
+        """The image by digest (pipeline steps are cacheable only with a pinned image)."""
+        if "@sha256:" in self.image or not self.image_digest:
+            return self.image
+        return self.image.rsplit(":", 1)[0] + "@" + self.image_digest
+
+    def submit_pipeline(self, body: dict[str, Any], key: str) -> dict[str, Any]:
+        try:
+            r = self.http.post("/v1/pipelines", json=body, headers={"Idempotency-Key": key})
+        except httpx.HTTPError as exc:
+            raise PlatformError(f"submit pipeline: {type(exc).__name__}: {exc}") from exc
+        if r.status_code not in (200, 201):
+            raise PlatformError(f"submit pipeline: HTTP {r.status_code}: {r.text[:300]}")
+        return dict(r.json())
+
+    def pipeline(self, pipeline_id: str) -> dict[str, Any]:
+        try:
+            r = self.http.get(f"/v1/pipelines/{pipeline_id}")
+            r.raise_for_status()
+            return dict(r.json())
+        except (httpx.HTTPError, ValueError) as exc:
+            raise PlatformError(f"pipeline {pipeline_id}: {exc}") from exc
+
+    def record_side_effect(self, operation_id: str, action_id: str, kind: str,
+                           payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST /v1/operations/{id}/side-effects as the agent does (HTTP status, receipt)."""
+        try:
+            r = self.http.post(f"/v1/operations/{operation_id}/side-effects",
+                               json={"action_id": action_id, "kind": kind, "payload": payload})
+        except httpx.HTTPError as exc:
+            raise PlatformError(f"side effect: {type(exc).__name__}: {exc}") from exc
+        if r.status_code not in (200, 201):
+            raise PlatformError(f"side effect: HTTP {r.status_code}: {r.text[:300]}")
+        return r.status_code, dict(r.json())
+
+    def put_object(self, key: str, data: bytes) -> None:
+        s3_client(self.s3_endpoint, self.bucket, self.region).put_object(
+            Bucket=self.bucket, Key=key, Body=data)
 
     def healthy(self) -> tuple[bool, str]:
         try:
@@ -255,8 +318,9 @@ class ControlPlaneAdapter:
 
     # -- evidence --------------------------------------------------------------------------
     def snapshot(self, out_dir: Path, since: datetime | None = None) -> dict[str, int]:
-        """Write snapshot/{operations,attempts,events,agents,objects}.jsonl (docs/EVIDENCE.md)
-        for the operations created at or after ``since`` (the run's start)."""
+        """Write snapshot/{operations,attempts,events,agents,objects}.jsonl and the pipelines'
+        snapshot/{pipelines,pipeline_steps,pipeline_events,side_effects}.jsonl
+        (docs/EVIDENCE.md) for what was created at or after ``since`` (the run's start)."""
         import psycopg
         from psycopg.rows import dict_row
 
@@ -269,7 +333,11 @@ class ControlPlaneAdapter:
             params = {"since": since or _EPOCH}
             ops: set[str] = set()
             for name, sql in (("operations", _OPS_SQL), ("attempts", _ATTEMPTS_SQL),
-                              ("events", _EVENTS_SQL), ("agents", _AGENTS_SQL)):
+                              ("events", _EVENTS_SQL), ("agents", _AGENTS_SQL),
+                              ("pipelines", _PIPELINES_SQL),
+                              ("pipeline_steps", _PIPELINE_STEPS_SQL),
+                              ("pipeline_events", _PIPELINE_EVENTS_SQL),
+                              ("side_effects", _SIDE_EFFECTS_SQL)):
                 rows = conn.execute(sql, params if "%(since)s" in sql else None).fetchall()
                 write_jsonl(out / f"{name}.jsonl", rows)
                 counts[name] = len(rows)

@@ -241,6 +241,59 @@ class ExperimentEvidence(_Record):
     journal: Journal
 
 
+class PipelineRecord(_Record):
+    """One pipeline (reference control plane): snapshot/pipelines.jsonl."""
+
+    id: str
+    name: str
+    state: str
+    state_reason: str | None = None
+    report: dict[str, Any] | None = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+    created_at: UtcTime
+    updated_at: UtcTime | None = None
+
+
+class PipelineStepRecord(_Record):
+    """One step of a pipeline: snapshot/pipeline_steps.jsonl."""
+
+    pipeline_id: str
+    name: str
+    position: int = 0
+    state: str
+    state_reason: str | None = None
+    operation_id: str | None = None
+    cache_key: str | None = None
+    inputs: dict[str, Any] | None = None
+    manifest: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
+    started_at: UtcTime | None = None
+    finished_at: UtcTime | None = None
+
+
+class PipelineEvent(_Record):
+    """One event of a pipeline (cache decisions, step transitions): snapshot/pipeline_events.jsonl."""
+
+    id: int | str | None = None
+    pipeline_id: str
+    time: UtcTime
+    actor: str | None = None
+    kind: str
+    reason: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class SideEffectRecord(_Record):
+    """One recorded external action (a model registration): snapshot/side_effects.jsonl."""
+
+    operation_id: str
+    action_id: str
+    kind: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    receipt: dict[str, Any] = Field(default_factory=dict)
+    created_at: UtcTime
+
+
 class Evidence(_Record):
     run_dir: Path
     run: RunInfo
@@ -260,6 +313,11 @@ class Evidence(_Record):
     expected: tuple[str, ...] = ()
     # None: snapshot/agents.jsonl was not collected
     agents: tuple[AgentRecord, ...] | None = None
+    # None: the file was not collected (another platform, an older snapshot): no data
+    pipelines: tuple[PipelineRecord, ...] | None = None
+    pipeline_steps: tuple[PipelineStepRecord, ...] | None = None
+    pipeline_events: tuple[PipelineEvent, ...] | None = None
+    side_effects: tuple[SideEffectRecord, ...] | None = None
 
     @property
     def snapshot_time(self) -> datetime:
@@ -488,6 +546,12 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)
         if (snap / "agents.jsonl").is_file()
         else None,
+        **{name: _read_jsonl(snap / f"{name}.jsonl", root, model)
+           if (snap / f"{name}.jsonl").is_file() else None
+           for name, model in (("pipelines", PipelineRecord),
+                               ("pipeline_steps", PipelineStepRecord),
+                               ("pipeline_events", PipelineEvent),
+                               ("side_effects", SideEffectRecord))},
     )
     if not evidence.requests:
         raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")

@@ -15,6 +15,7 @@ from slo import budget, sli
 from slo.checks import RPO_SLIS
 from slo.evidence import Event, EvidenceError, ExperimentEvidence, FaultRecord, Journal
 from slo.invariants import KNOWN_INVARIANTS, check_invariant
+from slo.pipelines import PIPELINE_INVARIANTS, usable_result_seconds
 from slo.run_index import RunIndex, burn, observation_seconds
 from slo.sli import Outcome, ts
 from slo.specs import Specs
@@ -515,6 +516,9 @@ def evaluate_experiment(
         artifacts_missing=lost.artifacts_missing,
         time_to_accepted_result_seconds=ttar,
         accepted_result_basis=basis,
+        pipeline_usable_result_seconds=usable_result_seconds(
+            run.evidence.pipelines, run.evidence.pipeline_steps, s.fault_start, s.horizon)
+        if set(d.invariants) & set(PIPELINE_INVARIANTS) else None,
         slis=windows,
         alerts=fired,
         telemetry_lost=lost_telemetry.reason if lost_telemetry else None,

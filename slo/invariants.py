@@ -317,6 +317,28 @@ INVARIANTS: dict[str, Judge] = {
     "lease-granted-once": lambda ev, lo, hi, _: lease_granted_once(ev.events, lo, hi),
     "leases-held": lambda ev, lo, hi, _: leases_held(ev.attempts, ev.events, lo, hi),
 }
+
+
+def _pipeline_judge(name: str) -> Judge:
+    """The pipeline invariants live in slo/pipelines.py (which imports this module)."""
+    def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
+        from slo import pipelines as pl
+
+        if name == "stale-cache-reuse":
+            return pl.stale_cache_reuse(ev.pipeline_steps, lo, hi)
+        if name == "cache-hit-when-unchanged":
+            return pl.cache_hit_when_unchanged(ev.pipeline_steps, lo, hi)
+        if name == "side-effect-once":
+            return pl.side_effect_once(ev.side_effects, lo, hi)
+        if name == "partial-failure-visibility":
+            return pl.partial_failure_visibility(ev.pipelines, ev.pipeline_steps, lo, hi)
+        return pl.release_after_checks(ev.pipelines, ev.pipeline_steps, lo, hi)
+    return judge
+
+
+for _name in ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",
+              "partial-failure-visibility", "release-after-checks"):
+    INVARIANTS[_name] = _pipeline_judge(_name)
 KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
 
 

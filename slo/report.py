@@ -224,6 +224,10 @@ def render_markdown(verdict: Verdict) -> str:
             ),
             f"- time to accepted result: {fmt_secs(e.time_to_accepted_result_seconds)} ({e.accepted_result_basis})",
         ]
+        for pid, phases in (e.pipeline_usable_result_seconds or {}).items():
+            lines.append(f"- pipeline {pid}: time to usable result per phase: " + ", ".join(
+                f"{ph} {fmt_secs(v) if v is not None else 'none'}"
+                for ph, v in phases.items()))
         for a in e.alerts:
             lines.append(
                 f"- alert {a.name}: "

@@ -143,6 +143,10 @@ class ExperimentResult(_M):
     artifacts_missing: int | None = None
     time_to_accepted_result_seconds: float | None = None
     accepted_result_basis: str | None = None
+    # pipelines created in the window: pipeline id -> phase -> seconds from submission to that
+    # phase's usable result (None: the phase produced none); None: no pipeline evidence
+    # (reported, no objective; slo/pipelines.py usable_result_seconds)
+    pipeline_usable_result_seconds: dict[str, dict[str, float | None]] | None = None
     slis: list[SliWindow] = Field(default_factory=list)
     alerts: list[AlertResult] = Field(default_factory=list)
     # why the experiment's Prometheus evidence is lost (slo/telemetry.py); its

@@ -64,6 +64,7 @@ LONG_FIRST = (
     "tests/gameday/test_selftest_core.py",
     "tests/gameday/test_gameday_full.py",
     "tests/gameday/test_gameday_upgrade.py",
+    "tests/gameday/test_gameday_pipeline.py",
     "tests/gameday/test_gameday_local.py",
     "tests/platforms/test_prefect_gameday.py",
     "tests/gameday/test_db_restore.py",

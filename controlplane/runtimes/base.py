@@ -29,7 +29,7 @@ PARAM_FLAGS: dict[str, dict[str, str]] = {
     "fail": {"exit_code": "--exit-code", "seconds": "--seconds"},  # fault injection
     # pipeline steps (controlplane/workload/steps.py); train candidates use "train"
     "prepare": {"seconds": "--seconds"},
-    "evaluate": {"seconds": "--seconds"},
+    "evaluate": {"seconds": "--seconds", "min_candidates": "--min-candidates"},
 }
 WORKLOAD_KINDS = frozenset(PARAM_FLAGS)
 

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from controlplane import defects
 from controlplane.states import TERMINAL, ActiveAttemptStates, OpState
 from controlplane.store import Conflict, InvalidReference, NotFound, columns
 from controlplane.store.submissions import SubmitItem, SubmitResult, payload_hash, submit_many
@@ -120,6 +121,9 @@ async def side_effect(conn: AsyncConnection, op_id: str, project_id: str | None,
     op = await get(conn, op_id, project_id)
     receipt = {"receipt_id": str(uuid.uuid4()), "action_id": action_id, "kind": kind,
                "operation_id": str(op["id"])}
+    if defects.enabled("registration-without-receipt"):  # seeded defect: no stable identity
+        action_id = f"{action_id}:{receipt['receipt_id']}"
+        receipt["action_id"] = action_id
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
             "INSERT INTO side_effects (operation_id, action_id, kind, payload, receipt)"

@@ -45,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "datasets, given by the control plane): read from the named prefixes and "
                    "checked by sha256 before use")
     p.add_argument("--seconds", type=float, default=1.0, help="duration of sleep/fail kinds")
+    p.add_argument("--min-candidates", type=int, default=0,
+                   help="evaluate: the check enough_candidates passes only with at least this "
+                   "many candidates scored (0: no such check)")
     p.add_argument("--exit-code", type=int, default=1, help="exit code of the fail kind")
     p.add_argument("--operation-id", required=True)
     p.add_argument("--attempt", type=int, required=True, help="attempt number (1-based)")
@@ -102,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                      inputs=inputs.digests if inputs is not None else None)
     if args.kind in ("prepare", "evaluate"):
         assert inputs is not None
-        run_step = steps.prepare if args.kind == "prepare" else steps.evaluate
-        run_step(store, args.operation_id, args.attempt, inputs, args.seconds)
+        if args.kind == "prepare":
+            steps.prepare(store, args.operation_id, args.attempt, inputs, args.seconds)
+        else:
+            steps.evaluate(store, args.operation_id, args.attempt, inputs, args.seconds,
+                           min_candidates=args.min_candidates)
         return EXIT_OK
     if args.kind == "fail":
         time.sleep(max(0.0, args.seconds))

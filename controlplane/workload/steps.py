@@ -89,8 +89,9 @@ def prepare(store: storage.ObjectStore, operation_id: str, attempt: int, inputs:
 
 
 def evaluate(store: storage.ObjectStore, operation_id: str, attempt: int, inputs: Inputs,
-             seconds: float) -> None:
-    """Score every candidate model it was given; checks say whether there was one to release."""
+             seconds: float, min_candidates: int = 0) -> None:
+    """Score every candidate model it was given; checks say whether there was one to release
+    (and, with ``min_candidates``, whether enough candidates were compared)."""
     time.sleep(max(0.0, seconds))
     scores: dict[str, float] = {}
     for name, data in sorted(inputs.files.items()):
@@ -100,6 +101,9 @@ def evaluate(store: storage.ObjectStore, operation_id: str, attempt: int, inputs
     best = min(scores, key=lambda k: scores[k]) if scores else None
     checks = {"candidates_scored": {"passed": bool(scores), "value": len(scores)},
               "scores_finite": {"passed": all(np.isfinite(v) for v in scores.values())}}
+    if min_candidates > 0:
+        checks["enough_candidates"] = {"passed": len(scores) >= min_candidates,
+                                       "value": len(scores), "minimum": min_candidates}
     finish(store, operation_id, attempt,
            {"evaluation.json": json.dumps({"scores": scores, "best": best},
                                           sort_keys=True).encode()},

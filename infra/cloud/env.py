@@ -63,6 +63,10 @@ NOT_APPLICABLE = {
     "clock-skew": "steps a process's wall clock through its injectable clock source, which "
                   "only the local environment's processes read (docs/clock.md); the cloud "
                   "drivers do not step node clocks",
+    "pipeline-recovery": "needs the image pinned by digest (the local registry's push names "
+                         "it; a stack's target does not record one yet, so no step would be "
+                         "cacheable) and writes its dataset to the artifact bucket: run and "
+                         "tested on the local environment only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

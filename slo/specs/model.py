@@ -26,6 +26,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "credential-rotation",
     "zone-outage",
     "upgrade",
+    "pipeline-recovery",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

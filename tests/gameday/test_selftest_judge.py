@@ -32,7 +32,7 @@ def test_the_matrix_covers_every_defect_and_every_failure_class() -> None:
     classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
                "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
                "agent-connectivity-loss", "ineligible-fallback-region", "clock-skew",
-               "credential-rotation", "zone-outage", "upgrade", "telemetry-loss"}
+               "credential-rotation", "zone-outage", "upgrade", "telemetry-loss", "pipeline-recovery"}
     assert {c.failure_class for c in MATRIX} == classes
     for c in MATRIX:
         assert c.experiment in SUITES["full"] and c.objective.startswith(c.experiment + ".")

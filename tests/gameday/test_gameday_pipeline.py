@@ -1,0 +1,73 @@
+"""pipeline-recovery (`full` suite only) from a fresh clone: the healthy run judges every
+pipeline invariant on real records (not "no data"), and its three seeded defects are each caught
+by their named objective, in one selftest invocation (gameday/selftest.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.gameday.freshclone import FreshClone, fresh_clone, journal
+from tests.gameday.localrun import only_run
+
+pytestmark = pytest.mark.slow
+
+PIPELINE_DEFECTS = ("cache-key-without-data", "registration-without-receipt",
+                    "release-after-failed-check")
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
+    yield from fresh_clone(tmp_path_factory)
+
+
+@pytest.mark.timeout(1500)
+def test_pipeline_recovery_passes_measured_and_its_seeded_defects_are_caught(
+        clone: FreshClone) -> None:
+    """pipeline-recovery is in the `full` suite only: its healthy run (every pipeline invariant
+    judged on real records, not "no data") and its three seeded defects, in one selftest
+    invocation, are proven here, on the module's environment."""
+    runs = clone.root / "pipeline-recovery-runs"
+    r = clone.gameday("run", "--experiment", "pipeline-recovery", "--runs-dir", str(runs),
+                      timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["exit_code"] == 0, verdict["reason"]
+    [e] = verdict["experiments"]
+    assert e["name"] == "pipeline-recovery" and e["fault_source"] == "faults.jsonl"
+    j = journal(run_dir, "pipeline-recovery")
+    assert j["status"] == "completed" and not j["deviated"]
+    after = {p["activity"]["name"]: p for p in j["steady_states"]["after"]["probes"]}
+    assert all(p["tolerance_met"] for p in after.values())
+    resumed = after["interrupted-candidate-resumed-from-checkpoint"]["output"]
+    assert resumed["attempts"] >= 2 and max(resumed["from_steps"]) > 0, resumed
+    checks = {c["id"]: c for c in verdict["checks"] if c["experiment"] == "pipeline-recovery"}
+    for name in ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",
+                 "partial-failure-visibility", "release-after-checks"):
+        c = checks[f"pipeline-recovery.invariant.{name}"]
+        assert c["status"] == "pass" and c["measured"] == 0, c
+    inv = {i["name"]: i for i in e["invariants"]}
+    assert all(i["judged"] > 0 and i["no_data"] is None for i in inv.values()), inv
+    assert checks["pipeline-recovery.rpo.checkpoint_progress"]["status"] == "pass"
+    # the cache decided both ways: the unchanged resubmission reused, the changed one ran
+    steps = [json.loads(x) for x in (run_dir / "snapshot" / "pipeline_steps.jsonl")
+             .read_text().splitlines() if x]
+    prepare = {s["pipeline_id"]: s["state"] for s in steps if s["name"] == "prepare"}
+    assert sorted(prepare.values()) == ["reused", "succeeded", "succeeded"], prepare
+    # the retried registration got the first receipt back
+    replay = next(x for x in j["run"]
+                  if x["activity"]["name"] == "registration-retried-after-lost-answer")
+    assert replay["output"]["created"] is False, replay["output"]
+    phases = e["pipeline_usable_result_seconds"]
+    assert len(phases) == 3 and all(v["prepare"] is not None for v in phases.values()), phases
+
+    args = [a for d in PIPELINE_DEFECTS for a in ("--defect", d)]
+    caught = clone.gameday("selftest", *args, "--runs-dir", str(runs), timeout=1200)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    matrix = json.loads((selftest / "selftest.json").read_text())
+    assert [m["defect"] for m in matrix] == list(PIPELINE_DEFECTS), matrix
+    assert all(m["caught"] for m in matrix), json.dumps(matrix, indent=1) + caught.stdout[-3000:]
+    assert caught.returncode == 0, caught.stdout[-4000:] + caught.stderr[-2000:]
