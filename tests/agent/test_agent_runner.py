@@ -20,6 +20,9 @@ from controlplane.agent.metrics import AgentMetrics
 from controlplane.agent.spool import Spool
 from controlplane.runtimes.local import LocalRuntime
 
+# timing-sensitive (waits measured in fractions of a second): run alone by make test
+pytestmark = pytest.mark.serial
+
 
 class FakeApi:
     """Answers heartbeats per ``mode``: ok, 409 (lease lost), unavailable, cancel."""

@@ -14,6 +14,9 @@ from infra.local.launch import ControlPlane
 
 from .helpers import Api, spec
 
+# timing-sensitive (waits measured in fractions of a second): run alone by make test
+pytestmark = pytest.mark.serial
+
 
 def test_payload_names_the_agents_or_everyone() -> None:
     assert claimable_agents(claimable_payload(["b", "a"])) == {"a", "b"}
