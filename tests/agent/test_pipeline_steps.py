@@ -30,6 +30,31 @@ def given(step: str, op: str, manifest: dict[str, Any]) -> dict[str, Any]:
             "files": manifest["files"]}
 
 
+def _run(claim: Any, api: Any, tmp_path: Any, moto: S3Server) -> Any:
+    """One attempt through the real runner and local runtime, to its end (60 s at most)."""
+    import threading
+
+    from controlplane.agent.attempt import AttemptRunner, RunnerSettings
+    from controlplane.agent.capacity import Capacity
+    from controlplane.agent.delivery import Courier
+    from controlplane.agent.metrics import AgentMetrics
+    from controlplane.agent.spool import Spool
+    from controlplane.runtimes.local import LocalRuntime
+
+    capacity, metrics = Capacity(1), AgentMetrics()
+    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
+    spool = Spool(tmp_path, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
+    runner = AttemptRunner(
+        claim, api=api, runtime=LocalRuntime(), capacity=capacity,
+        metrics=metrics, settings=RunnerSettings(moto.endpoint, moto.bucket, tick=0.05),
+        heartbeat_seconds=1.0, shutdown=threading.Event(),
+        store_factory=lambda: moto.store(deadline=1.0),
+        courier=Courier(api, spool, metrics))
+    runner.start()
+    runner.join(60)
+    return runner
+
+
 def test_prepare_train_evaluate_chain_through_manifests(moto: S3Server) -> None:
     store = moto.store()
     uri = f"datasets/{uuid.uuid4()}/rows.csv"
@@ -82,16 +107,10 @@ def test_agent_gives_a_step_its_inputs_and_reports_the_consumed_digests(
         moto: S3Server, registry: Any, tmp_path: Any) -> None:
     """The real attempt runner and local runtime: the claim's ``pipeline.inputs`` reach the
     workload, and the success report carries COMPLETE.json's inputs for the control plane."""
-    import threading
 
     from test_agent_runner import FakeApi
 
-    from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
-    from controlplane.agent.capacity import Capacity
-    from controlplane.agent.delivery import Courier
-    from controlplane.agent.metrics import AgentMetrics
-    from controlplane.agent.spool import Spool
-    from controlplane.runtimes.local import LocalRuntime
+    from controlplane.agent.attempt import Claim, Ending
 
     class Recording(FakeApi):
         def __init__(self) -> None:
@@ -115,17 +134,8 @@ def test_agent_gives_a_step_its_inputs_and_reports_the_consumed_digests(
                       "pipeline": {"step": "prepare", "inputs": {
                           "steps": [], "digests": [digest],
                           "datasets": [{"name": "rows", "sha256": digest, "uri": uri}]}}})
-    api, capacity, metrics = Recording(), Capacity(1), AgentMetrics()
-    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
-    spool = Spool(tmp_path, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
-    runner = AttemptRunner(
-        claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
-        metrics=metrics, settings=RunnerSettings(moto.endpoint, moto.bucket, tick=0.05),
-        heartbeat_seconds=1.0, shutdown=threading.Event(),
-        store_factory=lambda: moto.store(deadline=1.0),
-        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
-    runner.start()
-    runner.join(60)
+    api = Recording()
+    runner = _run(claim, api, tmp_path, moto)
     assert runner.ending is Ending.SUCCEEDED, api.reports
     result = api.results[-1]
     assert result is not None and result["inputs"] == [digest] and result["checks"] == {}
@@ -136,17 +146,11 @@ def test_release_step_registers_once_when_the_first_answer_is_lost(
         moto: S3Server, registry: Any, tmp_path: Any) -> None:
     """The agent records a release step's registration under the step's action identity; the
     first answer is lost (the effect was recorded), the retry gets the same receipt back."""
-    import threading
 
     from test_agent_runner import FakeApi
 
     from controlplane.agent.api import ApiUnavailable
-    from controlplane.agent.attempt import AttemptRunner, Claim, Ending, RunnerSettings
-    from controlplane.agent.capacity import Capacity
-    from controlplane.agent.delivery import Courier
-    from controlplane.agent.metrics import AgentMetrics
-    from controlplane.agent.spool import Spool
-    from controlplane.runtimes.local import LocalRuntime
+    from controlplane.agent.attempt import Claim, Ending
 
     class Registry(FakeApi):
         """Keeps effects by action id, as the control plane's side_effects table does."""
@@ -184,17 +188,8 @@ def test_release_step_registers_once_when_the_first_answer_is_lost(
                           "steps": [], "digests": [digest],
                           "datasets": [{"name": "model", "sha256": digest}]},
                           "side_effect": {"kind": "model_registration", "action_id": action}}})
-    api, capacity, metrics = Registry(), Capacity(1), AgentMetrics()
-    assert capacity.reserve(claim.attempt_id, claim.demand()) is None
-    spool = Spool(tmp_path, max_bytes=1 << 20, max_age_seconds=3600, metrics=metrics)
-    runner = AttemptRunner(
-        claim, api=api, runtime=LocalRuntime(), capacity=capacity,  # type: ignore[arg-type]
-        metrics=metrics, settings=RunnerSettings(moto.endpoint, moto.bucket, tick=0.05),
-        heartbeat_seconds=1.0, shutdown=threading.Event(),
-        store_factory=lambda: moto.store(deadline=1.0),
-        courier=Courier(api, spool, metrics))  # type: ignore[arg-type]
-    runner.start()
-    runner.join(60)
+    api = Registry()
+    runner = _run(claim, api, tmp_path, moto)
     assert runner.ending is Ending.SUCCEEDED, api.reports
     assert api.calls == 2 and list(api.effects) == [action]
     effect = api.results[-1]["side_effect"]
