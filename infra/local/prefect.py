@@ -14,7 +14,8 @@ calls :func:`port_names`, :func:`build_components` and :func:`up`.
   ``withdraw_pool`` treats them like a node group (``PrefectAdapter.fault_targets`` maps
   ``pool:cpu`` -> ``prefect-cpu``).
 - deployments: one per work pool for ``platforms.prefect_flow.gameday_train``, created
-  through the REST API (module-path entrypoint: the project is installed into .venv-prefect).
+  through the REST API (module-path entrypoint: the project is installed into .venv-prefect),
+  and one (cpu pool) for the pipeline flow ``platforms.prefect_pipeline.gameday_pipeline``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ DB_USER = "prefect"
 SERVER = "prefect-server"
 FLOW_NAME = "gameday-train"
 ENTRYPOINT = "platforms.prefect_flow.gameday_train"
+PIPELINE_FLOW = "gameday-pipeline"
+PIPELINE_ENTRYPOINT = "platforms.prefect_pipeline.gameday_pipeline"
+PIPELINE_POOL = "cpu"  # one worker runs every pipeline: its persisted results are the cache
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ def worker_env(home: Path, api: str, worker: PrefectWorker, health_port: int,
         "GAMEDAY_COMPONENT": worker.name,
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
+        # the flows' code is this checkout's (not whatever the venv's editable install names)
+        "PYTHONPATH": str(REPO),
     }
     if s3_endpoint:
         env["S3_ENDPOINT_URL"] = s3_endpoint
@@ -236,6 +242,23 @@ def deploy(api: str, s3_endpoint: str | None, bucket: str = BUCKET,
     return out
 
 
+def deploy_pipeline(api: str, pool: str = PIPELINE_POOL) -> str:
+    """Create (or update) the pipeline flow and its deployment on ``pool``; its id."""
+    c = httpx.Client(base_url=api, timeout=10)
+    r = c.post("/flows/", json={"name": PIPELINE_FLOW})
+    if r.status_code not in (200, 201):
+        raise EnvError(f"Prefect refused the pipeline flow: HTTP {r.status_code} {r.text[:300]}")
+    body = {"name": f"pipeline-{pool}", "flow_id": r.json()["id"], "work_pool_name": f"{pool}-pool",
+            "entrypoint": PIPELINE_ENTRYPOINT, "enforce_parameter_schema": False,
+            "parameters": {}, "job_variables": {},
+            "description": "gameday pipeline-recovery pipeline (prefect tasks)"}
+    r = c.post("/deployments/", json=body)
+    if r.status_code not in (200, 201):
+        raise EnvError(f"Prefect refused deployment pipeline-{pool}: HTTP {r.status_code} "
+                       f"{r.text[:300]}")
+    return str(r.json()["id"])
+
+
 def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
     """Database, server, workers, deployments; endpoints recorded in env.json."""
     info = env.info.setdefault("platform_info", {})
@@ -254,6 +277,7 @@ def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
     wait_pools(api, [w.work_pool for w in WORKERS], timeout)
     env.endpoints["prefect_deployments"] = deploy(api, env.endpoints.get("s3"),
                                                   env.endpoints.get("bucket", BUCKET))
+    env.endpoints["prefect_pipeline_deployment"] = deploy_pipeline(api)
     info["up_seconds"] = round(time.monotonic() - started, 2)
     say(f"prefect server + {len(workers)} workers up, flow deployed "
         f"({info['up_seconds']}s; server {info['server_start_seconds']}s)")
