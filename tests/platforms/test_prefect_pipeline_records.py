@@ -168,7 +168,7 @@ def test_release_that_ran_after_a_failed_check_is_a_violation() -> None:
 def test_missing_evidence_is_no_data_never_a_pass() -> None:
     # the flow's step_result lines were lost (e.g. logs dropped during an API outage): a reused
     # step without the digests its result consumed cannot be judged
-    fr, trs, logs, reg = _run("same", 100, prepare_state="Cached", given=V1, consumed=V1)
+    fr, trs, logs, _ = _run("same", 100, prepare_state="Cached", given=V1, consumed=V1)
     logs = [x for x in logs if "step_result" not in x["message"]]
     _, steps, _ = _evidence([(fr, trs, logs, [])])
     r = pl.stale_cache_reuse(steps, *WINDOW)
