@@ -16,7 +16,10 @@ step state                        task run: state name ``Cached`` -> ``reused``,
                                   the flow runs, ``skipped`` after (``failed`` "release refused"
                                   when the flow logged ``release_refused``)
 step operation_id                 the flow run id (every task runs in the flow run's process)
-step cache_key                    task run ``cache_key`` (what Prefect's cache policy computed)
+step cache_key                    what Prefect's cache policy computed: Prefect 3.9.1 leaves
+                                  the task run's ``cache_key`` null and stores the result record
+                                  under the key, so the key is the last part of the state's
+                                  ``data.storage_key`` (``cache_key`` is used when set)
 step inputs.digests               prepare: the flow parameter ``dataset_sha256`` (the bytes the
                                   submitter wrote); a candidate: prepare's ``output_sha256``
 step manifest.inputs              the ``consumed`` digests of the step's ``@event step_result``
@@ -81,6 +84,16 @@ def flow_events(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: e["time"])
 
 
+def cache_key(tr: dict[str, Any]) -> str | None:
+    """The task run's cache key: ``cache_key`` when Prefect sets it, else the name its result
+    record is stored under (``state.data.storage_key``: <result storage>/<cache key>)."""
+    if tr.get("cache_key"):
+        return str(tr["cache_key"])
+    data = (tr.get("state") or {}).get("data")
+    key = data.get("storage_key") if isinstance(data, dict) else None
+    return str(key).rstrip("/").rsplit("/", 1)[-1] if key else None
+
+
 def _step_state(tr: dict[str, Any]) -> str:
     state = tr.get("state") or {}
     typ, name = state.get("type") or tr.get("state_type"), state.get("name") or tr.get("state_name")
@@ -134,7 +147,7 @@ def pipeline_records(fr: dict[str, Any], task_runs: list[dict[str, Any]],
             continue
         state = tr.get("state") or {}
         row.update(state=_step_state(tr), state_reason=state.get("message") or state.get("name"),
-                   operation_id=pid, cache_key=tr.get("cache_key"),
+                   operation_id=pid, cache_key=cache_key(tr),
                    started_at=tr.get("start_time") or tr.get("expected_start_time")
                    or tr.get("created"),
                    finished_at=tr.get("end_time") or (state.get("timestamp")
@@ -156,13 +169,13 @@ def pipeline_records(fr: dict[str, Any], task_runs: list[dict[str, Any]],
         if res is not None and isinstance(res.get("report"), dict):
             row["report"] = res["report"]
         if row["state"] == "reused":
-            src = (accepted or {}).get(tr.get("cache_key") or "")
+            src = (accepted or {}).get(row["cache_key"] or "")
             manifest["reused_from"] = ({"source_pipeline_id": src["pipeline_id"],
                                         "source_step": src["name"]} if src else {})
             events.append({"id": f"{pid}:{name}:reused", "pipeline_id": pid,
                            "time": row["started_at"], "actor": "prefect", "kind": "cache_reused",
                            "reason": f"task run {tr.get('id')} Cached",
-                           "data": {"step": name, "cache_key": tr.get("cache_key"),
+                           "data": {"step": name, "cache_key": row["cache_key"],
                                     **manifest["reused_from"]}})
         row["manifest"] = manifest or None
         steps.append(row)

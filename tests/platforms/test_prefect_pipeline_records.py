@@ -54,8 +54,9 @@ def _flow(fid: str, t0: int, state: str, sha: str, min_candidates: int = 0) -> d
 def _tr(name: str, t: int, typ: str = "COMPLETED", sname: str = "Completed",
         key: str | None = None) -> dict[str, Any]:
     return {"id": f"tr-{name}-{t}", "name": name, "created": _t(t), "start_time": _t(t),
-            "end_time": _t(t + 2), "cache_key": key,
-            "state": {"type": typ, "name": sname, "timestamp": _t(t + 2)}}
+            "end_time": _t(t + 2), "cache_key": None,  # Prefect 3.9.1 leaves it null
+            "state": {"type": typ, "name": sname, "timestamp": _t(t + 2),
+                      "data": {"storage_key": f"/home/w/storage/{key}"} if key else None}}
 
 
 def _log(t: int, kind: str, **data: Any) -> dict[str, Any]:
@@ -177,6 +178,12 @@ def test_missing_evidence_is_no_data_never_a_pass() -> None:
     assert pl.side_effect_once([], *WINDOW).no_data
     # and no pipeline_steps file at all
     assert pl.stale_cache_reuse(None, *WINDOW).no_data
+
+
+def test_cache_key_is_the_result_record_name_when_prefect_leaves_it_null() -> None:
+    assert pipes.cache_key(_tr("prepare", 1, key="abc")) == "abc"
+    assert pipes.cache_key({**_tr("prepare", 1, key="abc"), "cache_key": "set"}) == "set"
+    assert pipes.cache_key(_tr("evaluate", 1)) is None
 
 
 def test_steps_without_task_runs() -> None:
