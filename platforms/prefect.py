@@ -89,6 +89,24 @@ FINDINGS = {
     "idempotency-payload-ignored": (
         "a repeated idempotency key returns the existing flow run (HTTP 200) even when the "
         "parameters differ; our control plane answers 409 for a different payload"),
+    # pipeline-recovery (platforms/prefect_pipeline.py; docs/adapters.md section 6)
+    "default-cache-never-cross-run": (
+        "DEFAULT = INPUTS + TASK_SOURCE + RUN_ID (prefect/cache_policies.py): the default policy "
+        "never reuses a result across flow runs"),
+    "inputs-cache-keys-names-not-bytes": (
+        "INPUTS + TASK_SOURCE with persisted results reuses prepare after the bytes behind the "
+        "same dataset name/uri changed (snapshot/pipeline_steps.jsonl: state reused, "
+        "inputs.digests != manifest.inputs; invariant stale-cache-reuse)"),
+    "task-retry-repeats-side-effect": (
+        "a task retry after a lost answer registers a second model version with the same task "
+        "run id and no receipt (snapshot/side_effects.jsonl; invariant side-effect-once)"),
+    "killed-flow-run-never-recovered": (
+        "a flow run whose worker process died stays RUNNING; nothing marks it crashed or resumes "
+        "it from a checkpoint without a user-made heartbeat automation "
+        "(snapshot/pipelines.jsonl state running; probe interrupted-candidate-resumed-from-"
+        "checkpoint)"),
+    "task-run-cache-key-not-recorded": (
+        "task_run.cache_key is null; the key is visible only as the result record's storage_key"),
 }
 
 Recorder = Callable[[dict[str, Any]], None]
