@@ -286,6 +286,22 @@ class PrefectAdapter:
             out += r.json()
         return out
 
+    def _settled_task_runs(self, flow_run_ids: list[str], wait: float = 10.0,
+                           ) -> list[dict[str, Any]]:
+        """Task runs of flow runs that have ended: Prefect 3 writes task-run records through its
+        event pipeline, so they lag the flow run's final state (docs/adapters.md section 6);
+        read until two reads 1 s apart agree (at most ``wait`` seconds)."""
+        seen = self._task_runs(flow_run_ids)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            again = self._task_runs(flow_run_ids)
+            if ({(t["id"], t.get("state_id")) for t in again}
+                    == {(t["id"], t.get("state_id")) for t in seen}):
+                return again
+            seen = again
+        return seen
+
     def _registry(self, flow_run_id: str) -> list[dict[str, Any]]:
         """The registrations the register task wrote (registry/<flow_run_id>/...)."""
         if not self.s3_endpoint:
@@ -316,9 +332,10 @@ class PrefectAdapter:
     def pipeline(self, pipeline_id: str) -> dict[str, Any]:
         fr = self._call("GET", f"/flow_runs/{pipeline_id}", f"pipeline {pipeline_id}",
                         ok=(200,)).json()
+        done = (fr.get("state") or {}).get("type") in pipes.TERMINAL_FLOW
+        trs = (self._settled_task_runs if done else self._task_runs)([pipeline_id])
         p, steps, _, _ = self._pipeline_records(
-            fr, self._task_runs([pipeline_id]), self._logs([pipeline_id]).get(pipeline_id, []),
-            registry=False)
+            fr, trs, self._logs([pipeline_id]).get(pipeline_id, []), registry=False)
         return pipes.view(p, steps)
 
     def record_side_effect(self, operation_id: str, action_id: str, kind: str,
@@ -468,7 +485,7 @@ class PrefectAdapter:
         ids = [f["id"] for f in runs]
         logs = self._logs(ids)
         trs: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-        for tr in self._task_runs(ids) if ids else []:
+        for tr in self._settled_task_runs(ids) if ids else []:
             trs.setdefault(tr.get("flow_run_id"), []).append(tr)
         registry = {i: self._registry(i) for i in ids}
         first = [pipes.pipeline_records(f, trs[f["id"]], logs.get(f["id"], []), registry[f["id"]])
