@@ -18,6 +18,8 @@ events                        state history (``to_state``) + the flow's own run 
                               resumed) and the worker's "submitting flow run" line (agent name)
 cancel                        ``set_state`` CANCELLING (running) or CANCELLED (not yet picked up)
 healthy                       ``GET /ready`` (503 when Prefect cannot reach its database)
+pipeline                      a flow run of the pipeline flow (platforms/prefect_pipeline.py),
+                              its steps the flow's task runs (prefect_pipeline_records.py)
 ============================  ==================================================================
 
 States are mapped to the harness vocabulary (docs/CONTRACTS.md): SCHEDULED -> queued (LATE too,
