@@ -103,10 +103,10 @@ FINDINGS = {
         "a task retry after a lost answer registers a second model version with the same task "
         "run id and no receipt (snapshot/side_effects.jsonl; invariant side-effect-once)"),
     "killed-flow-run-never-recovered": (
-        "a flow run whose worker process died stays RUNNING; nothing marks it crashed or resumes "
-        "it from a checkpoint without a user-made heartbeat automation "
-        "(snapshot/pipelines.jsonl state running; probe interrupted-candidate-resumed-from-"
-        "checkpoint)"),
+        "a flow run whose worker process died stays RUNNING; Prefect's documented zombie "
+        "automation (infra/local/prefect.py) sets it CRASHED, nothing resumes it from a "
+        "checkpoint and its task runs stay RUNNING (snapshot/pipelines.jsonl state failed; "
+        "probe interrupted-candidate-resumed-from-checkpoint)"),
     "task-run-cache-key-not-recorded": (
         "task_run.cache_key is null; the key is visible only as the result record's storage_key"),
 }
