@@ -570,15 +570,15 @@ def restore_zone(zone: str, configuration: Configuration = None, secrets: Secret
     return ctx.driver.restore_zone(_zone(ctx, zone))
 
 
-# -- pipelines (reference control plane; docs/CONTRACTS.md section 5) -------------------------
+# -- pipelines (docs/CONTRACTS.md section 5; on Prefect: platforms/prefect_pipeline.py) ----
 PIPELINE_DATASET = "churn-rows"
 
 
 def _pipelines(ctx: Context) -> Any:
     p = ctx.platform
     if not hasattr(p, "submit_pipeline"):
-        raise ChaosError(f"platform {ctx.platform_name} has no pipelines API (reference control "
-                         "plane only)")
+        raise ChaosError(f"platform {ctx.platform_name} has no pipelines API (its adapter has no "
+                         "submit_pipeline; controlplane and prefect have one)")
     return p
 
 

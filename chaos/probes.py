@@ -223,7 +223,7 @@ def store_and_artifacts_reconciled(configuration: Configuration = None,
 def pipelines_in_state(tag: str, states: list[str] | str = "succeeded",
                        configuration: Configuration = None, secrets: Secrets = None) -> bool:
     """The pipeline of ``tag`` is in one of ``states``; vacuously true before the method
-    submitted it (reference control plane only)."""
+    submitted it (platforms with a pipelines API)."""
     ctx = _ctx(configuration)
     wanted = {states} if isinstance(states, str) else set(states)
     try:

@@ -18,6 +18,8 @@ events                        state history (``to_state``) + the flow's own run 
                               resumed) and the worker's "submitting flow run" line (agent name)
 cancel                        ``set_state`` CANCELLING (running) or CANCELLED (not yet picked up)
 healthy                       ``GET /ready`` (503 when Prefect cannot reach its database)
+pipeline                      a flow run of the pipeline flow (platforms/prefect_pipeline.py),
+                              its steps the flow's task runs (prefect_pipeline_records.py)
 ============================  ==================================================================
 
 States are mapped to the harness vocabulary (docs/CONTRACTS.md): SCHEDULED -> queued (LATE too,
@@ -38,8 +40,9 @@ from typing import Any
 
 import httpx
 
+from platforms import prefect_pipeline_records as pipes
 from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
-from platforms.controlplane import snapshot_objects, write_jsonl
+from platforms.controlplane import s3_client, snapshot_objects, write_jsonl
 
 PROJECT = "prefect"
 EVENT_PREFIX = "@event "
@@ -80,7 +83,7 @@ NOT_APPLICABLE: dict[str, str] = {
         "server, workers and flow-run tables would need their own restore order"),
 }
 APPLICABLE = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
-              "node-pool-exhausted", "node-interruption-checkpoint"}
+              "node-pool-exhausted", "node-interruption-checkpoint", "pipeline-recovery"}
 
 # What the game days found about Prefect 3 (stated in docs/adapters.md and the lead's report;
 # each names the evidence that shows it).
@@ -88,6 +91,24 @@ FINDINGS = {
     "idempotency-payload-ignored": (
         "a repeated idempotency key returns the existing flow run (HTTP 200) even when the "
         "parameters differ; our control plane answers 409 for a different payload"),
+    # pipeline-recovery (platforms/prefect_pipeline.py; docs/adapters.md section 6)
+    "default-cache-never-cross-run": (
+        "DEFAULT = INPUTS + TASK_SOURCE + RUN_ID (prefect/cache_policies.py): the default policy "
+        "never reuses a result across flow runs"),
+    "inputs-cache-keys-names-not-bytes": (
+        "INPUTS + TASK_SOURCE with persisted results reuses prepare after the bytes behind the "
+        "same dataset name/uri changed (snapshot/pipeline_steps.jsonl: state reused, "
+        "inputs.digests != manifest.inputs; invariant stale-cache-reuse)"),
+    "task-retry-repeats-side-effect": (
+        "a task retry after a lost answer registers a second model version with the same task "
+        "run id and no receipt (snapshot/side_effects.jsonl; invariant side-effect-once)"),
+    "killed-flow-run-never-recovered": (
+        "a flow run whose worker process died stays RUNNING; Prefect's documented zombie "
+        "automation (infra/local/prefect.py) sets it CRASHED, nothing resumes it from a "
+        "checkpoint and its task runs stay RUNNING (snapshot/pipelines.jsonl state failed; "
+        "probe interrupted-candidate-resumed-from-checkpoint)"),
+    "task-run-cache-key-not-recorded": (
+        "task_run.cache_key is null; the key is visible only as the result record's storage_key"),
 }
 
 Recorder = Callable[[dict[str, Any]], None]
@@ -109,7 +130,8 @@ class PrefectAdapter:
     def __init__(self, api_url: str, deployments: dict[str, str], *,
                  s3_endpoint: str | None = None, bucket: str = "ml-artifacts",
                  pools: dict[str, str] | None = None, timeout: float = 5.0,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None,
+                 pipeline_deployment: str | None = None) -> None:
         if not deployments:
             raise PlatformError("no Prefect deployment known (env.json: endpoints."
                                 "prefect_deployments); was the environment brought up with "
@@ -119,6 +141,7 @@ class PrefectAdapter:
         self.pools = pools or {p: f"{p}-pool" for p in deployments}
         self.s3_endpoint, self.bucket = s3_endpoint, bucket
         self.recorder = recorder
+        self.pipeline_deployment = pipeline_deployment
         self.http = httpx.Client(base_url=self.api_url, timeout=timeout)
 
     @classmethod
@@ -129,7 +152,8 @@ class PrefectAdapter:
         return cls(endpoints["prefect_api"], endpoints.get("prefect_deployments") or {},
                    s3_endpoint=endpoints.get("s3_direct") or endpoints.get("s3"),
                    bucket=endpoints.get("bucket", "ml-artifacts"),
-                   pools=endpoints.get("prefect_pools"))
+                   pools=endpoints.get("prefect_pools"),
+                   pipeline_deployment=endpoints.get("prefect_pipeline_deployment"))
 
     # -- HTTP ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, what: str, ok: tuple[int, ...] = (200, 201),
@@ -229,6 +253,113 @@ class PrefectAdapter:
                                    "message": reason or "canceled by the harness"}})
         return self.get(operation_id)
 
+    # -- pipelines (the pipeline flow: platforms/prefect_pipeline.py) -----------------------
+    @property
+    def pinned_image(self) -> str:
+        """No image: process workers run the flow from the worker's virtualenv."""
+        return "prefect-process-worker:.venv-prefect"
+
+    def _pipeline_deployment(self) -> str:
+        if not self.pipeline_deployment:
+            raise PlatformError("no Prefect pipeline deployment known (env.json: endpoints."
+                                "prefect_pipeline_deployment); bring the environment up again "
+                                "with `gameday env up --platform prefect`")
+        return self.pipeline_deployment
+
+    def submit_pipeline(self, body: dict[str, Any], key: str) -> dict[str, Any]:
+        """One flow run of the pipeline flow; the key is Prefect's idempotency key."""
+        try:
+            params = pipes.submission(body, None, self.bucket)  # the worker's S3 endpoint
+        except ValueError as exc:
+            raise PlatformError(f"submit pipeline: {exc}") from exc
+        r = self._call("POST", f"/deployments/{self._pipeline_deployment()}/create_flow_run",
+                       "submit pipeline", json={"parameters": params, "idempotency_key": key,
+                                                "tags": ["gameday", "pipeline"]})
+        fr = r.json()
+        return {"id": fr["id"], "state": pipes.FLOW_STATE.get(
+            (fr.get("state") or {}).get("type") or "SCHEDULED", "running"), "status": r.status_code}
+
+    def _task_runs(self, flow_run_ids: list[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for chunk in range(0, len(flow_run_ids), 50):
+            r = self._call("POST", "/task_runs/filter", "task runs", ok=(200,),
+                           json={"flow_runs": {"id": {"any_": flow_run_ids[chunk:chunk + 50]}},
+                                 "limit": 200, "sort": "EXPECTED_START_TIME_ASC"})
+            out += r.json()
+        return out
+
+    def _settled_task_runs(self, flow_run_ids: list[str], wait: float = 10.0,
+                           ) -> list[dict[str, Any]]:
+        """Task runs of flow runs that have ended: Prefect 3 writes task-run records through its
+        event pipeline, so they lag the flow run's final state (docs/adapters.md section 6);
+        read until two reads 1 s apart agree (at most ``wait`` seconds)."""
+        seen = self._task_runs(flow_run_ids)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            again = self._task_runs(flow_run_ids)
+            if ({(t["id"], t.get("state_id")) for t in again}
+                    == {(t["id"], t.get("state_id")) for t in seen}):
+                return again
+            seen = again
+        return seen
+
+    def _registry(self, flow_run_id: str) -> list[dict[str, Any]]:
+        """The registrations the register task wrote (registry/<flow_run_id>/...)."""
+        if not self.s3_endpoint:
+            return []
+        s3 = s3_client(self.s3_endpoint, self.bucket)
+        try:
+            listed = s3.list_objects_v2(Bucket=self.bucket,
+                                        Prefix=f"{pipes.REGISTRY_PREFIX}{flow_run_id}/")
+            out = []
+            for o in listed.get("Contents") or []:
+                raw = s3.get_object(Bucket=self.bucket, Key=o["Key"])["Body"].read()
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {}
+                out.append({"key": o["Key"], "last_modified": o["LastModified"].isoformat(),
+                            "body": body})
+        except Exception as exc:
+            raise PlatformError(f"registry of {flow_run_id}: {type(exc).__name__}: {exc}") from exc
+        return sorted(out, key=lambda o: o["last_modified"])
+
+    def _pipeline_records(self, fr: dict[str, Any], task_runs: list[dict[str, Any]],
+                          logs: list[dict[str, Any]], registry: bool,
+                          accepted: dict[str, dict[str, Any]] | None = None) -> tuple[Any, ...]:
+        return pipes.pipeline_records(fr, task_runs, logs,
+                                      self._registry(fr["id"]) if registry else None, accepted)
+
+    def pipeline(self, pipeline_id: str) -> dict[str, Any]:
+        fr = self._call("GET", f"/flow_runs/{pipeline_id}", f"pipeline {pipeline_id}",
+                        ok=(200,)).json()
+        done = (fr.get("state") or {}).get("type") in pipes.TERMINAL_FLOW
+        trs = (self._settled_task_runs if done else self._task_runs)([pipeline_id])
+        p, steps, _, _ = self._pipeline_records(
+            fr, trs, self._logs([pipeline_id]).get(pipeline_id, []), registry=False)
+        return pipes.view(p, steps)
+
+    def record_side_effect(self, operation_id: str, action_id: str, kind: str,
+                           payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Prefect has no side-effect API to send a registration to again: the lost answer is
+        rehearsed inside the flow (register's first attempt loses its answer, Prefect's task
+        retry runs it again). Answers with what the registry holds, never a receipt (status 0:
+        no request was sent)."""
+        found = self._registry(operation_id)
+        return 0, {"created": None, "receipt": None, "registrations": len(found),
+                   "action_ids": sorted({str((o["body"] or {}).get("action_id")) for o in found}),
+                   "not_applicable": "Prefect offers no side-effect receipts or an API to "
+                                     "resend one; the retry after a lost answer is Prefect's "
+                                     "own task retry of register (platforms/prefect_pipeline.py)"}
+
+    def put_object(self, key: str, data: bytes) -> None:
+        try:
+            s3_client(self.s3_endpoint, self.bucket).put_object(Bucket=self.bucket, Key=key,
+                                                                Body=data)
+        except Exception as exc:
+            raise PlatformError(f"put {key}: {type(exc).__name__}: {exc}") from exc
+
     def healthy(self) -> tuple[bool, str]:
         try:
             r = self.http.get("/ready", timeout=2.0)
@@ -327,10 +458,53 @@ class PrefectAdapter:
         for name, rows in (("operations", ops), ("attempts", attempts), ("events", events)):
             write_jsonl(out / f"{name}.jsonl", rows)
         counts = {"operations": len(ops), "attempts": len(attempts), "events": len(events)}
+        counts.update(self._snapshot_pipelines(out, since))
         counts["objects"] = snapshot_objects(
             self.s3_endpoint, self.bucket, out / "objects.jsonl",
             operations=None if since is None else {o["id"] for o in ops})
         return counts
+
+
+    def _snapshot_pipelines(self, out: Path, since: datetime | None) -> dict[str, int]:
+        """snapshot/{pipelines,pipeline_steps,pipeline_events,side_effects}.jsonl from the
+        pipeline flow's runs (platforms/prefect_pipeline_records.py); none are written when no
+        pipeline deployment exists (older environment): the invariants then have no data."""
+        if not self.pipeline_deployment:
+            return {}
+        runs: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            r = self._call("POST", "/flow_runs/filter", "snapshot pipelines", ok=(200,),
+                           json={"deployments": {"id": {"any_": [self.pipeline_deployment]}},
+                                 "limit": 200, "offset": offset, "sort": "START_TIME_DESC"})
+            rows = r.json()
+            runs += rows
+            if len(rows) < 200:
+                break
+            offset += 200
+        runs = sorted((f for f in runs if since is None or _time(f["created"]) >= since),
+                      key=lambda f: f["created"])
+        ids = [f["id"] for f in runs]
+        logs = self._logs(ids)
+        trs: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+        for tr in self._settled_task_runs(ids) if ids else []:
+            trs.setdefault(tr.get("flow_run_id"), []).append(tr)
+        registry = {i: self._registry(i) for i in ids}
+        first = [pipes.pipeline_records(f, trs[f["id"]], logs.get(f["id"], []), registry[f["id"]])
+                 for f in runs]
+        accepted = pipes.accepted_results([s for rec in first for s in rec[1]])
+        files: dict[str, list[dict[str, Any]]] = {"pipelines": [], "pipeline_steps": [],
+                                                   "pipeline_events": [], "side_effects": []}
+        for f in runs:
+            p, steps, evs, effects = pipes.pipeline_records(
+                f, trs[f["id"]], logs.get(f["id"], []), registry[f["id"]], accepted)
+            files["pipelines"].append(p)
+            files["pipeline_steps"] += steps
+            files["pipeline_events"] += evs
+            files["side_effects"] += effects
+        for name, rows in files.items():
+            write_jsonl(out / f"{name}.jsonl", rows)
+        return {name: len(rows) for name, rows in files.items()}
 
 
 # -- mapping Prefect records to the evidence format ------------------------------------------
@@ -435,6 +609,12 @@ def _result(fr: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
         d = art[-1]["data"]
         res.update(artifacts_prefix=d.get("prefix"), weights_sha256=d.get("weights_sha256"),
                    files=d.get("files"))
+    reg = [e for e in events if e["kind"] == "step_result"
+           and (e["data"] or {}).get("step") == "register"]
+    if reg:  # a pipeline flow run: the registration its register task returned
+        r = reg[-1]["data"].get("registration") or {}
+        res["side_effect"] = {"action_id": r.get("action_id"), "key": r.get("key"),
+                              "receipt": None}
     res["torn_checkpoints_skipped"] = len([e for e in events
                                            if e["kind"] == "checkpoint_skipped_torn"])
     return res

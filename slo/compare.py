@@ -29,7 +29,8 @@ def _label(v: Verdict) -> str:
 
 
 def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
-    """(row name, one cell per run): SLIs, then experiments, then the gate (pure)."""
+    """(row name, one cell per run): SLIs, then experiments (each followed by its invariants
+    when two or more runs judged them), then the gate (pure)."""
     rows: list[tuple[str, list[str]]] = []
     sli_names = list(dict.fromkeys(s.name for v in verdicts for s in v.slis))
     for name in sli_names:
@@ -60,10 +61,38 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
             else:
                 cells.append("not run")
         rows.append((f"experiment {name}", cells))
+        rows += _invariant_rows(verdicts, name)
     rows.append(("gate", [f"{v.result} (score {v.score:.1f}, exit {v.exit_code})"
                           if v.score is not None else f"{v.result} (exit {v.exit_code})"
                           for v in verdicts]))
     return rows
+
+
+def _invariant_cell(v: Verdict, experiment: str, invariant: str) -> str:
+    e = next((x for x in v.experiments if x.name == experiment), None)
+    i = next((x for x in (e.invariants if e else []) if x.name == invariant), None)
+    if i is None:
+        return "not judged"
+    if i.no_data:
+        return f"no data: {i.no_data}"
+    if not i.violations:
+        return f"0 violations (judged {i.judged})"
+    first = i.violations[0]
+    return (f"{len(i.violations)} violation(s) (judged {i.judged}): "
+            f"{first[:200] + '...' if len(first) > 200 else first}")
+
+
+def _invariant_rows(verdicts: list[Verdict], experiment: str) -> list[tuple[str, list[str]]]:
+    """One row per invariant of ``experiment`` when two or more runs judged it: the same
+    promise side by side (e.g. a pipeline invariant on two platforms)."""
+    judged_in = [v for v in verdicts if any(x.name == experiment and x.invariants
+                                             for x in v.experiments)]
+    if len(judged_in) < 2:
+        return []
+    names = list(dict.fromkeys(i.name for v in judged_in for x in v.experiments
+                               if x.name == experiment for i in x.invariants))
+    return [(f"experiment {experiment} invariant {n}",
+             [_invariant_cell(v, experiment, n) for v in verdicts]) for n in names]
 
 
 def render_markdown(verdicts: list[Verdict]) -> str:

@@ -242,7 +242,8 @@ class ExperimentEvidence(_Record):
 
 
 class PipelineRecord(_Record):
-    """One pipeline (reference control plane): snapshot/pipelines.jsonl."""
+    """One pipeline (our control plane; Prefect: platforms/prefect_pipeline_records.py):
+    snapshot/pipelines.jsonl."""
 
     id: str
     name: str

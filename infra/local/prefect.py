@@ -14,7 +14,11 @@ calls :func:`port_names`, :func:`build_components` and :func:`up`.
   ``withdraw_pool`` treats them like a node group (``PrefectAdapter.fault_targets`` maps
   ``pool:cpu`` -> ``prefect-cpu``).
 - deployments: one per work pool for ``platforms.prefect_flow.gameday_train``, created
-  through the REST API (module-path entrypoint: the project is installed into .venv-prefect).
+  through the REST API (module-path entrypoint: the project is installed into .venv-prefect),
+  and one (cpu pool) for the pipeline flow ``platforms.prefect_pipeline.gameday_pipeline``.
+- automation: Prefect's documented "zombie" automation (:data:`ZOMBIE_AUTOMATION`): a flow run
+  whose heartbeats stop without a terminal state is set CRASHED (a Prefect user's setup; without
+  it a flow run whose process died stays RUNNING for good).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ DB_USER = "prefect"
 SERVER = "prefect-server"
 FLOW_NAME = "gameday-train"
 ENTRYPOINT = "platforms.prefect_flow.gameday_train"
+PIPELINE_FLOW = "gameday-pipeline"
+PIPELINE_ENTRYPOINT = "platforms.prefect_pipeline.gameday_pipeline"
+PIPELINE_POOL = "cpu"  # one worker runs every pipeline: its persisted results are the cache
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,8 @@ def worker_env(home: Path, api: str, worker: PrefectWorker, health_port: int,
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_WORKER_PREFETCH_SECONDS": "5",
         "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
+        # flow processes heartbeat (default 180 s) for the zombie automation (create_zombie_automation)
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
         # flow-run logs carry the workload's events: ship them every 0.5 s (default 2 s)
         "PREFECT_LOGGING_TO_API_BATCH_INTERVAL": "0.5",
         "PREFECT_WORKER_WEBSERVER_HOST": "127.0.0.1",
@@ -133,6 +142,8 @@ def worker_env(home: Path, api: str, worker: PrefectWorker, health_port: int,
         "GAMEDAY_COMPONENT": worker.name,
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
+        # the flows' code is this checkout's (not whatever the venv's editable install names)
+        "PYTHONPATH": str(REPO),
     }
     if s3_endpoint:
         env["S3_ENDPOINT_URL"] = s3_endpoint
@@ -236,6 +247,62 @@ def deploy(api: str, s3_endpoint: str | None, bucket: str = BUCKET,
     return out
 
 
+# Prefect's documented automation for flow runs whose process died ("zombies"): a flow run that
+# sent a heartbeat and then neither another one nor a terminal state within the window is set
+# CRASHED. Flow processes heartbeat every HEARTBEAT_SECONDS (worker_env; Prefect's default 180).
+HEARTBEAT_SECONDS = 30
+ZOMBIE_WINDOW_SECONDS = 90
+ZOMBIE_AUTOMATION = {
+    "name": "gameday: crash zombie flow runs",
+    "description": "flow run heartbeats stopped without a terminal state (process died)",
+    "enabled": True,
+    "trigger": {
+        "type": "event", "posture": "Proactive", "threshold": 1,
+        "within": ZOMBIE_WINDOW_SECONDS,
+        "match": {"prefect.resource.id": "prefect.flow-run.*"},
+        "for_each": ["prefect.resource.id"],
+        "after": ["prefect.flow-run.heartbeat"],
+        "expect": ["prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
+                   "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
+                   "prefect.flow-run.Crashed"],
+    },
+    "actions": [{"type": "change-flow-run-state", "state": "CRASHED",
+                 "message": "flow run marked crashed: its heartbeats stopped"}],
+}
+
+
+def create_zombie_automation(api: str) -> str:
+    """The zombie automation (idempotent by name); its id."""
+    c = httpx.Client(base_url=api, timeout=10)
+    r = c.post("/automations/filter", json={"limit": 200})
+    if r.status_code == 200:
+        for a in r.json():
+            if a.get("name") == ZOMBIE_AUTOMATION["name"]:
+                return str(a["id"])
+    r = c.post("/automations/", json=ZOMBIE_AUTOMATION)
+    if r.status_code not in (200, 201):
+        raise EnvError(f"Prefect refused the zombie automation: HTTP {r.status_code} "
+                       f"{r.text[:300]}")
+    return str(r.json()["id"])
+
+
+def deploy_pipeline(api: str, pool: str = PIPELINE_POOL) -> str:
+    """Create (or update) the pipeline flow and its deployment on ``pool``; its id."""
+    c = httpx.Client(base_url=api, timeout=10)
+    r = c.post("/flows/", json={"name": PIPELINE_FLOW})
+    if r.status_code not in (200, 201):
+        raise EnvError(f"Prefect refused the pipeline flow: HTTP {r.status_code} {r.text[:300]}")
+    body = {"name": f"pipeline-{pool}", "flow_id": r.json()["id"], "work_pool_name": f"{pool}-pool",
+            "entrypoint": PIPELINE_ENTRYPOINT, "enforce_parameter_schema": False,
+            "parameters": {}, "job_variables": {},
+            "description": "gameday pipeline-recovery pipeline (prefect tasks)"}
+    r = c.post("/deployments/", json=body)
+    if r.status_code not in (200, 201):
+        raise EnvError(f"Prefect refused deployment pipeline-{pool}: HTTP {r.status_code} "
+                       f"{r.text[:300]}")
+    return str(r.json()["id"])
+
+
 def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
     """Database, server, workers, deployments; endpoints recorded in env.json."""
     info = env.info.setdefault("platform_info", {})
@@ -254,6 +321,8 @@ def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
     wait_pools(api, [w.work_pool for w in WORKERS], timeout)
     env.endpoints["prefect_deployments"] = deploy(api, env.endpoints.get("s3"),
                                                   env.endpoints.get("bucket", BUCKET))
+    env.endpoints["prefect_pipeline_deployment"] = deploy_pipeline(api)
+    info["zombie_automation"] = create_zombie_automation(api)
     info["up_seconds"] = round(time.monotonic() - started, 2)
     say(f"prefect server + {len(workers)} workers up, flow deployed "
         f"({info['up_seconds']}s; server {info['server_start_seconds']}s)")

@@ -323,6 +323,31 @@ def test_side_by_side_comparison_of_two_runs(make_run) -> None:
     assert out.exit_code == 0 and "| SLI submission-durability |" in out.output
 
 
+def test_comparison_lists_an_experiments_invariants_side_by_side(make_run) -> None:
+    from slo.compare import comparison_rows
+    from slo.verdict import InvariantOutcome
+
+    a = make_run(ExperimentFixture("api-replica-loss"))
+    b = make_run(ExperimentFixture("api-replica-loss"))
+    verdicts = [evaluate_run(r.path) for r in (a, b)]
+    ours, theirs = verdicts
+    theirs.experiments[0].invariants = [
+        InvariantOutcome(name="stale-cache-reuse", judged=5,
+                         violations=["pipeline p step prepare: reused ... inputs differ"]),
+        InvariantOutcome(name="side-effect-once", judged=0, no_data="no side effect"),
+    ]
+    ours.experiments[0].invariants = [InvariantOutcome(name="stale-cache-reuse", judged=7)]
+    rows = dict(comparison_rows(verdicts))
+    assert rows["experiment api-replica-loss invariant stale-cache-reuse"] == [
+        "0 violations (judged 7)",
+        "1 violation(s) (judged 5): pipeline p step prepare: reused ... inputs differ"]
+    assert rows["experiment api-replica-loss invariant side-effect-once"] == [
+        "not judged", "no data: no side effect"]
+    # an experiment only one run judged gets no invariant rows
+    rows = dict(comparison_rows([ours]))
+    assert not any(" invariant " in r for r in rows)
+
+
 def main_cli():
     from gameday.cli import main
 
