@@ -32,7 +32,7 @@ from prefect.runtime import flow_run
 ENTRYPOINT = "platforms.prefect_flow.gameday_train"
 
 
-class _LogStream(io.TextIOBase):
+class LogStream(io.TextIOBase):
     """stdout -> Prefect run logger, one log record per line (the workload flushes per line)."""
 
     def __init__(self, logger: Any) -> None:
@@ -69,7 +69,7 @@ def gameday_train(steps: int = 40, checkpoint_every: int = 10, seed: int = 7,
     logger = get_run_logger()
     operation_id = str(flow_run.id)
     attempt = int(flow_run.run_count or 1)
-    stream = _LogStream(logger)
+    stream = LogStream(logger)
     with contextlib.redirect_stdout(stream):
         # which environment component runs this attempt (the fault injector's target)
         emit("log", f"attempt {attempt} started", agent_name=os.environ.get("GAMEDAY_COMPONENT", ""),

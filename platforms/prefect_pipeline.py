@@ -44,7 +44,7 @@ from prefect import allow_failure, flow, get_run_logger, task
 from prefect.cache_policies import DEFAULT, INPUTS, NO_CACHE, TASK_SOURCE
 from prefect.runtime import flow_run, task_run
 
-from platforms.prefect_flow import _LogStream
+from platforms.prefect_flow import LogStream
 
 ENTRYPOINT = "platforms.prefect_pipeline.gameday_pipeline"
 CACHE = INPUTS + TASK_SOURCE  # cross-run reuse; DEFAULT adds RUN_ID (never across runs)
@@ -134,7 +134,7 @@ def gameday_pipeline(dataset_name: str, dataset_uri: str, dataset_sha256: str = 
                      spec: dict[str, Any] | None = None) -> dict[str, Any]:
     """``dataset_sha256`` and ``spec`` are the submitter's declaration (evidence only)."""
     logger = get_run_logger()
-    stream = _LogStream(logger)
+    stream = LogStream(logger)
     candidates = candidates or {}
     with contextlib.redirect_stdout(stream):
         _event("log", agent_name=os.environ.get("GAMEDAY_COMPONENT", ""), pid=os.getpid(),
