@@ -43,10 +43,9 @@ import httpx
 from platforms import prefect_pipeline_records as pipes
 from platforms.base import Ack, OperationView, PlatformError, SubmitRequest, Workload
 from platforms.controlplane import s3_client, snapshot_objects, write_jsonl
+from platforms.prefect_logs import TERMINAL, parse_event
 
 PROJECT = "prefect"
-EVENT_PREFIX = "@event "
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 STATE_MAP = {"SCHEDULED": "queued", "PENDING": "dispatched", "RUNNING": "running",
              "CANCELLING": "running", "COMPLETED": "succeeded", "FAILED": "failed",
              "CRASHED": "failed", "CANCELLED": "canceled", "PAUSED": "blocked"}
@@ -334,7 +333,7 @@ class PrefectAdapter:
     def pipeline(self, pipeline_id: str) -> dict[str, Any]:
         fr = self._call("GET", f"/flow_runs/{pipeline_id}", f"pipeline {pipeline_id}",
                         ok=(200,)).json()
-        done = (fr.get("state") or {}).get("type") in pipes.TERMINAL_FLOW
+        done = (fr.get("state") or {}).get("type") in TERMINAL
         trs = (self._settled_task_runs if done else self._task_runs)([pipeline_id])
         p, steps, _, _ = self._pipeline_records(
             fr, trs, self._logs([pipeline_id]).get(pipeline_id, []), registry=False)
@@ -572,11 +571,8 @@ def _timeline(fr: dict[str, Any], history: list[dict[str, Any]],
         m = _WORKER_LINE.search(msg)
         if m and attempt is not None and not attempt["agent_name"]:
             attempt["agent_name"] = m["name"]
-        if msg.startswith(EVENT_PREFIX):
-            try:
-                body = json.loads(msg[len(EVENT_PREFIX):])
-            except ValueError:
-                continue
+        body = parse_event(msg)
+        if body is not None:
             data = dict(body.get("data") or {})
             if body.get("kind") == "log" and data.get("agent_name") and attempt is not None:
                 attempt["agent_name"] = data["agent_name"]

@@ -32,15 +32,14 @@ side effect                       one object ``registry/<flow_run_id>/version-*.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from platforms.prefect_logs import TERMINAL, parse_event
 
 STEP_ORDER = ("prepare", "train-a", "train-b", "train-c", "evaluate", "register")
 FLOW_STATE = {"SCHEDULED": "running", "PENDING": "running", "RUNNING": "running",
               "CANCELLING": "running", "PAUSED": "running", "COMPLETED": "succeeded",
               "FAILED": "failed", "CRASHED": "failed", "CANCELLED": "canceled"}
-TERMINAL_FLOW = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-EVENT_PREFIX = "@event "
 REGISTRY_PREFIX = "registry/"
 
 
@@ -71,14 +70,8 @@ def flow_events(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The flow's ``@event`` lines: {time, kind, data}, in time order."""
     out = []
     for row in logs:
-        msg = row.get("message") or ""
-        if not msg.startswith(EVENT_PREFIX):
-            continue
-        try:
-            body = json.loads(msg[len(EVENT_PREFIX):])
-        except ValueError:
-            continue
-        if isinstance(body, dict):
+        body = parse_event(row.get("message") or "")
+        if body is not None:
             out.append({"time": row["timestamp"], "kind": str(body.get("kind", "log")),
                         "data": dict(body.get("data") or {})})
     return sorted(out, key=lambda e: e["time"])
@@ -117,7 +110,7 @@ def pipeline_records(fr: dict[str, Any], task_runs: list[dict[str, Any]],
     pid = fr["id"]
     params = fr.get("parameters") or {}
     ftype = (fr.get("state") or {}).get("type") or "SCHEDULED"
-    flow_done = ftype in TERMINAL_FLOW
+    flow_done = ftype in TERMINAL
     evs = flow_events(logs)
     results = {e["data"].get("step"): e for e in evs if e["kind"] == "step_result"}
     refused = next((e for e in evs if e["kind"] == "release_refused"), None)
