@@ -2,7 +2,9 @@
 
 One per agent. It imports the workload once (numpy, boto3, a first S3 client: ~0.5 s of CPU)
 and then forks a child per attempt that runs ``controlplane.workload.__main__.main`` without
-exec, so an attempt costs a fork instead of an interpreter start and those imports.
+exec, so an attempt costs a fork instead of an interpreter start and those imports. The
+first attempt for an S3 endpoint has that endpoint's client made here too; later ones inherit
+it (``warm_client``).
 
 It stays single-threaded in Python (forking a process whose other threads hold locks is
 unsafe) and talks to the agent over one SOCK_SEQPACKET socket, one JSON message per packet:
@@ -25,6 +27,7 @@ import argparse
 import contextlib
 import ctypes
 import gc
+import itertools
 import json
 import os
 import select
@@ -46,6 +49,19 @@ def preload() -> None:
     # The first client loads botocore's S3 model (~150 ms); later ones reuse the loader cache
     # of boto3's default session. Explicit keys: no credential lookup is cached here.
     storage.make_s3_client(storage.StorageConfig(endpoint_url="http://127.0.0.1:9"))
+
+
+def warm_client(argv: list[str]) -> None:
+    """Make the attempt's S3 client here, once per endpoint, so every fork inherits it ready
+    (storage.shared_s3_client). Only for an explicit endpoint: its keys are explicit, so no
+    credential lookup is cached in the warm parent."""
+    from controlplane import storage
+
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--s3-endpoint" and value:
+            storage.shared_s3_client(storage.StorageConfig(endpoint_url=value))
+            gc.freeze()  # as after preload(): children's collections skip the new client
+            return
 
 
 def set_cmdline(title: list[str]) -> None:
@@ -131,6 +147,10 @@ class Zygote:
             self.send({"op": "error", "id": msg.get("id"), "error": f"expected 1 fd, got {len(fds)}"})
             return
         out_fd = fds[0]
+        try:
+            warm_client(list(msg.get("argv") or []))
+        except Exception:  # noqa: BLE001  (the child then makes its own and reports any error)
+            traceback.print_exc()
         sync_r, sync_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()

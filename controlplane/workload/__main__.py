@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         emit("start_failed", str(exc), error_kind="deterministic")
         return EXIT_INVALID
-    store = storage.ObjectStore.from_config(
-        storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)
-    )
+    # shared: under the warm parent the client was made before the fork (runtimes/zygote.py)
+    store = storage.ObjectStore(storage.shared_s3_client(
+        storage.StorageConfig(endpoint_url=args.s3_endpoint, bucket=args.bucket)), args.bucket)
     # a store that is down at start is a pause too: say so from the first try on
     store.on_retry = pause_reporter
     inputs = None
