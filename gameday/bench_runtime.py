@@ -262,6 +262,7 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
     """One round (see the module docstring). ``start_method`` None: the runtime's default."""
     from controlplane import storage
     from controlplane.db import migrate
+    from infra.local import motoserver
     from infra.local.launch import ControlPlane, spawn, wait_http
     from infra.local.pgserver import PostgresServer, free_port
 
@@ -275,8 +276,7 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
             dsn = pg.create_database("bench_runtime")
             migrate(dsn)
             s3_port = free_port()
-            moto = spawn("moto", [str(Path(sys.executable).parent / "moto_server"), "-H",
-                                  "127.0.0.1", "-p", str(s3_port)], logdir)
+            moto = spawn("moto", motoserver.command(s3_port), logdir)
             started.append(moto)
             endpoint = f"http://127.0.0.1:{s3_port}"
             wait_http(endpoint + "/moto-api/", moto)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from controlplane.clock import ENV as CLOCK_ENV
+from infra.local import motoserver
 from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
 from infra.timeline_metrics import DEFAULT_METRICS_PORT
 
@@ -442,11 +443,9 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
                "registry": ports["proxy_registry"]},
     ))
 
-    moto_server = Path(sys.executable).parent / "moto_server"
     specs.append(ComponentSpec(
         name="moto", kind="moto", group=Group.INFRA,
-        argv=[str(moto_server) if moto_server.exists() else "moto_server",
-              "-H", "127.0.0.1", "-p", str(ports["moto"])],
+        argv=motoserver.command(ports["moto"]),
         health=HealthCheck(f"http://127.0.0.1:{ports['moto']}/moto-api/"),
         ports={"s3": ports["moto"]},
         env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -20,7 +20,7 @@ import httpx
 
 from controlplane import storage
 from controlplane.registry import push_minimal_image
-from infra.local import watchdog
+from infra.local import motoserver, watchdog
 
 VENV_BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,8 +111,7 @@ class S3Server:
 
 def start_moto(sup: ProcessSupervisor, log_dir: Path) -> S3Server:
     port = free_port()
-    proc = sup.start("moto_server", [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                     log_dir / f"moto-{port}.log")
+    proc = sup.start("moto_server", motoserver.command(port), log_dir / f"moto-{port}.log")
     server = S3Server(proc, f"http://127.0.0.1:{port}")
     wait_http(server.endpoint + "/moto-api/", proc=proc)
     server.store().ensure_bucket()

@@ -3,7 +3,6 @@ tied to the test session like every server tests start)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +11,7 @@ import boto3
 import httpx
 import pytest
 
+from infra.local import motoserver
 from infra.local.launch import spawn, wait_http
 from infra.local.pgserver import free_port
 
@@ -20,8 +20,7 @@ from infra.local.pgserver import free_port
 def moto_server(log_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """Yield the endpoint URL of a fresh moto server."""
     port = free_port()
-    proc = spawn("moto", [str(Path(sys.executable).parent / "moto_server"),
-                          "-H", "127.0.0.1", "-p", str(port)], log_dir,
+    proc = spawn("moto", motoserver.command(port), log_dir,
                  env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                       **(extra_env or {})})
     endpoint = f"http://127.0.0.1:{port}"

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra.local import motoserver
 from infra.local import prefect as pf
 from infra.local.pgserver import PostgresServer, free_port
 
@@ -77,7 +78,7 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs = Procs()
     port = free_port()
     log = logdir / "moto.log"
-    p = procs.start([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], log,
+    p = procs.start(motoserver.command(port), log,
                     {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
     endpoint = f"http://127.0.0.1:{port}"
     try:

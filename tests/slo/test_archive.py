@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.local import watchdog
+from infra.local import motoserver, watchdog
 from infra.local.pgserver import free_port
 from slo.archive import (
     AlreadyArchived,
@@ -180,7 +179,7 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+            motoserver.command(port),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env={**os.environ, "AWS_ACCESS_KEY_ID": "testing",
                                          "AWS_SECRET_ACCESS_KEY": "testing"})

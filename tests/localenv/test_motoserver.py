@@ -1,0 +1,58 @@
+"""The local S3 API server (infra/local/motoserver.py): moto's dispatcher with its host ->
+backend lookup memoized answers exactly as moto's own, asks moto once per host, stays bounded,
+and serves S3 end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+from controlplane import storage
+from infra.local import motoserver
+from infra.local.launch import spawn, wait_http
+from infra.local.pgserver import free_port
+
+HOSTS = [None, "moto_api", "s3", "s3.us-east-1.amazonaws.com", "ec2.eu-west-1.amazonaws.com",
+         "sts.us-east-1.amazonaws.com", "iam.amazonaws.com", "nothing.example"]
+
+
+def test_same_backend_as_moto_for_every_host() -> None:
+    plain = DomainDispatcherApplication(create_backend_app)
+    memo = motoserver.MemoizedDispatcher(create_backend_app)
+    for host in HOSTS * 2:
+        assert memo.get_backend_for_host(host) == plain.get_backend_for_host(host), host
+
+
+def test_moto_is_asked_once_per_host_and_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    asked: list[str | None] = []
+    real = DomainDispatcherApplication.get_backend_for_host
+
+    def counting(self: DomainDispatcherApplication, host: str | None) -> object:
+        asked.append(host)
+        return real(self, host)
+
+    monkeypatch.setattr(DomainDispatcherApplication, "get_backend_for_host", counting)
+    memo = motoserver.MemoizedDispatcher(create_backend_app)
+    for _ in range(3):
+        assert memo.get_backend_for_host("s3.us-east-1.amazonaws.com") == "s3"
+    assert asked == ["s3.us-east-1.amazonaws.com"]
+    for i in range(motoserver._MAX_HOSTS + 10):
+        memo.get_backend_for_host(f"h{i}.example")
+    assert len(memo._backend_of) == motoserver._MAX_HOSTS
+
+
+def test_serves_s3(tmp_path: Path) -> None:
+    port = free_port()
+    proc = spawn("moto", motoserver.command(port), tmp_path)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_http(endpoint + "/moto-api/", proc, 30)
+        store = storage.ObjectStore.from_config(storage.StorageConfig(endpoint_url=endpoint))
+        store.ensure_bucket()
+        store.put("a/b.json", b"{}")
+        assert store.get("a/b.json") == b"{}"
+    finally:
+        proc.stop()
