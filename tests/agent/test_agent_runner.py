@@ -238,3 +238,28 @@ def test_events_survive_an_unreachable_api_in_the_spool_and_arrive_in_order(
     assert runner.courier.spool.pending_events() == 0
     assert runner.metrics.registry.get_sample_value(
         "controlplane_agent_events_dropped_total", {"reason": "spool_full"}) == 0
+
+
+class _StillRunning:
+    """A handle whose workload wrote its closing event and has not exited."""
+
+    def __init__(self) -> None:
+        from controlplane.workload.events import WorkloadEvent
+        self.events = [WorkloadEvent("artifact_written", "artifacts at x", {})]
+
+    def drain_events(self) -> list[Any]:
+        out, self.events = self.events, []
+        return out
+
+
+def test_the_closing_event_is_held_for_the_report_only_for_a_bounded_time(
+        moto: S3Server, registry: Registry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane.agent import attempt
+    runner = make_runner(FakeApi(), moto, registry, Capacity(1), {"steps": 3}, tmp_path)
+    runner.handle = _StillRunning()  # type: ignore[assignment]
+    assert runner._holding_closing_event()  # exit expected any moment: wait for the report
+    monkeypatch.setattr(attempt, "CLOSING_EVENT_HOLD_SECONDS", 0.0)
+    assert not runner._holding_closing_event()  # it did not exit: sent as usual
+    runner._outbox.clear()
+    assert not runner._holding_closing_event()  # nothing closing: nothing held
