@@ -12,9 +12,10 @@ import pytest
 
 from controlplane import storage
 from controlplane.runtimes.base import LaunchSpec, Outcome
-from controlplane.runtimes.local import LocalRunHandle, LocalRuntime
+from controlplane.runtimes.local import LocalRuntime
 from controlplane.runtimes.zygote import warm_client
 from tests.agent.agenttest import S3Server
+from tests.runtimes.test_local_forkserver import wait_result
 
 
 def test_one_client_per_endpoint_whatever_the_bucket() -> None:
@@ -23,14 +24,6 @@ def test_one_client_per_endpoint_whatever_the_bucket() -> None:
     c = storage.shared_s3_client(storage.StorageConfig(endpoint_url="http://127.0.0.1:8"))
     assert a is b and a is not c
     assert c.meta.endpoint_url == "http://127.0.0.1:8"
-
-
-def _wait(handle: LocalRunHandle) -> None:
-    deadline = time.monotonic() + 30
-    while (res := handle.result()) is None:
-        assert time.monotonic() < deadline, "workload did not end"
-        time.sleep(0.02)
-    assert res.outcome is Outcome.SUCCEEDED, res.reason
 
 
 def test_warming_makes_the_endpoints_client_without_connecting() -> None:
@@ -52,10 +45,11 @@ def test_forked_attempts_inherit_the_client_and_write_their_artifacts(moto: S3Se
     try:
         ops = [f"op-warm-client-{i}-{time.monotonic_ns()}" for i in range(3)]
         for op in ops:
-            _wait(rt.start(LaunchSpec(operation_id=op, attempt_id="a", attempt_number=1,
-                                      project="p", kind="sleep", image="x",
-                                      params={"seconds": 0.1}, s3_endpoint=moto.endpoint,
-                                      bucket=moto.bucket)))
+            res = wait_result(rt.start(LaunchSpec(
+                operation_id=op, attempt_id="a", attempt_number=1, project="p", kind="sleep",
+                image="x", params={"seconds": 0.1}, s3_endpoint=moto.endpoint,
+                bucket=moto.bucket)), timeout=30)
+            assert res.outcome is Outcome.SUCCEEDED, res.reason
         store = moto.store()
         for op in ops:
             manifest, reason = storage.verify_artifacts(store, op, 1)
