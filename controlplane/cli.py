@@ -161,10 +161,15 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--metrics-port", default=0, type=int,
               help="Serve /metrics, /healthz and /readyz here (0 = off).")
-@click.option("--interval", default=0.5, show_default=True, type=float)
+@click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between passes while work is open (NOTIFY wakes a pass sooner).")
+@click.option("--idle-interval", default=2.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between passes while no work is open and LISTEN is up: new work "
+                   "arrives with a NOTIFY, and nothing else is timed then.")
 @click.option("--stall-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
               help="/healthz fails when the loop has not iterated this long, and /readyz when "
-                   "no database round trip succeeded this long [default: max(10, 20 x interval)].")
+                   "no database round trip succeeded this long [default: max(10, 20 x interval, 5 x idle-interval)].")
 @click.option("--agent-timeout", default=15.0, show_default=True, type=float,
               help="Seconds without heartbeat after which an agent gets no new work.")
 @click.option("--lease-seconds", default=15.0, show_default=True, type=float,
@@ -173,7 +178,7 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
 @click.option("--progress-stale-seconds", default=60.0, show_default=True, type=float)
 @click.option("--log-level", default="INFO", show_default=True)
 def reconciler(dsn: str | None, metrics_host: str, metrics_port: int, interval: float,
-               stall_seconds: float | None, agent_timeout: float, lease_seconds: float,
+               idle_interval: float, stall_seconds: float | None, agent_timeout: float, lease_seconds: float,
                retry_base: float, progress_stale_seconds: float, log_level: str) -> None:
     """Run the reconciler (routing, lease expiry, retries, timeouts)."""
     from controlplane import health, logs
@@ -181,6 +186,7 @@ def reconciler(dsn: str | None, metrics_host: str, metrics_port: int, interval: 
 
     logs.setup(log_level)
     settings = ReconcilerSettings(dsn=resolve_dsn(dsn), interval=interval,
+                                  idle_interval=idle_interval,
                                   agent_timeout=agent_timeout, lease_seconds=lease_seconds,
                                   retry_base=retry_base,
                                   progress_stale_seconds=progress_stale_seconds,

@@ -31,6 +31,10 @@ log = logging.getLogger("controlplane.reconciler")
 class ReconcilerSettings:
     dsn: str
     interval: float = 0.5  # fallback tick; NOTIFY wakes the routing pass sooner
+    # Fallback tick while no work is open (scheduling.open_work): nothing is timed then, and
+    # new work arrives with a NOTIFY. Only work that appears without one (while LISTEN was
+    # down, a restored database) waits this long; no longer than the gauges' own cadence.
+    idle_interval: float = 2.0
     agent_timeout: float = 15.0  # an agent without heartbeat this long is not routed to
     lease_seconds: float = 15.0  # initial lease of a dispatched attempt (time to claim)
     retry_base: float = 1.0
@@ -38,11 +42,14 @@ class ReconcilerSettings:
     gauge_interval: float = 2.0
     blocked_recheck_seconds: float = 10.0
     debounce: float = 0.02
-    stall_seconds: float | None = None  # /healthz bound; None = default_stall_seconds(interval)
+    stall_seconds: float | None = None  # /healthz bound; None: from the intervals (stall_bound)
 
     @property
     def stall_bound(self) -> float:
-        return self.stall_seconds if self.stall_seconds else default_stall_seconds(self.interval)
+        if self.stall_seconds:
+            return self.stall_seconds
+        # an idle loop iterates every idle_interval: a healthy one must never look stalled
+        return max(default_stall_seconds(self.interval), 5 * self.idle_interval)
 
 
 class Reconciler:
@@ -56,6 +63,8 @@ class Reconciler:
         self._blocked_cursor: scheduling.Cursor | None = None  # blocked sweep in progress
         self._last_full = 0.0
         self._last_timed = 0.0
+        self._listening = False  # a NOTIFY can wake us: only then may the loop idle
+        self.idle = False  # the last pass found no open work
 
     def stop(self) -> None:
         self._stop.set()
@@ -74,6 +83,7 @@ class Reconciler:
                             self.s.dsn, autocommit=True, connect_timeout=3,
                             application_name="reconciler")
                     await self.tick(conn)
+                    self.idle = self._listening and not await scheduling.open_work(conn)
                     if loop.time() - last_gauges >= self.s.gauge_interval:
                         await self.export_gauges(conn)
                         last_gauges = loop.time()
@@ -86,9 +96,11 @@ class Reconciler:
                     if conn is not None:
                         await conn.close()
                     conn = None
+                    self.idle = False
                     await asyncio.sleep(0.5)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.s.interval)
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.s.idle_interval
+                                           if self.idle else self.s.interval)
                     # debounce: let a burst of submissions collect into one routing pass
                     await asyncio.sleep(self.s.debounce)
                 except TimeoutError:
@@ -160,12 +172,18 @@ class Reconciler:
                         self.s.dsn, autocommit=True, connect_timeout=3,
                         application_name="reconciler-listen") as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self._listening = True
                     async for n in conn.notifies():
                         if n.payload != "submitted":
                             self._fleet = None  # agents/breakers/pins changed: re-route blocked
                         self._wake.set()
             except (psycopg.Error, OSError):
-                await asyncio.sleep(1.0)
+                pass
+            finally:
+                self._listening = False
+                self.idle = False
+                self._wake.set()  # end an idle wait: tick at the busy cadence until it is back
+            await asyncio.sleep(1.0)
 
 
 def run(settings: ReconcilerSettings, health: ReconcilerHealth | None = None) -> None:

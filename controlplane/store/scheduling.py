@@ -336,6 +336,18 @@ async def pin_route(conn: AsyncConnection, op_id: str, agent: str, *, actor: str
     return await get(conn, op_id, None)
 
 
+async def open_work(conn: AsyncConnection) -> bool:
+    """Whether anything a timed pass acts on exists: waiting or retrying operations, active
+    attempts (leases, timeouts) or running pipelines. Each test is one partial index probe."""
+    cur = await conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM operations"
+        "               WHERE state IN ('accepted', 'queued', 'blocked', 'retrying'))"
+        "    OR EXISTS (SELECT 1 FROM attempts WHERE state IN ('dispatched', 'running'))"
+        "    OR EXISTS (SELECT 1 FROM pipelines WHERE state = 'running')")
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[str, Any]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute("SELECT state, count(*) AS n FROM operations GROUP BY state")
