@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -151,9 +153,21 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
     # worker processes rebuild the app from the environment (uvicorn imports a factory)
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
     os.environ["CONTROLPLANE_LOG_LEVEL"] = log_level
-    uvicorn.run("controlplane.api.app:app_from_env", factory=True, host=host, port=port,
-                workers=workers, log_config=None, access_log=False, loop="uvloop",
-                http="httptools", timeout_graceful_shutdown=5)
+    options: dict[str, Any] = {
+        "factory": True, "host": host, "port": port, "workers": workers, "log_config": None,
+        "access_log": False, "loop": "uvloop", "http": "httptools", "timeout_graceful_shutdown": 5}
+    if workers > 1:  # uvicorn's supervisor makes its own servers
+        uvicorn.run("controlplane.api.app:app_from_env", **options)
+        return
+    from controlplane.api.server import QuietServer
+
+    server = QuietServer(uvicorn.Config("controlplane.api.app:app_from_env", **options))
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        sys.exit(3)  # uvicorn.run's exit status when the app could not start
 
 
 @group.command()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from controlplane import clock, defects, metrics
+from controlplane.db import ListenConnection
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.store import agents as agent_store
 from controlplane.store import pipelines as pipeline_store
@@ -168,7 +169,7 @@ class Reconciler:
         """LISTEN for submissions so routing starts at once instead of at the next tick."""
         while not self._stop.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(
+                async with await ListenConnection.connect(
                         self.s.dsn, autocommit=True, connect_timeout=3,
                         application_name="reconciler-listen") as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")

@@ -15,6 +15,7 @@ import logging
 
 import psycopg
 
+from controlplane.db import ListenConnection
 from controlplane.store.agents import CLAIM_CHANNEL, claimable_agents
 
 log = logging.getLogger("controlplane.api")
@@ -66,7 +67,7 @@ class ClaimWakeups:
     async def _listen(self) -> None:
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
+                async with await ListenConnection.connect(
                         self.dsn, autocommit=True, connect_timeout=3,
                         application_name="api-claim-listen") as conn:
                     await conn.execute(f"LISTEN {CLAIM_CHANNEL}")
