@@ -16,6 +16,8 @@ import pytest
 from controlplane.reconciler import Reconciler, ReconcilerSettings
 from controlplane.store import scheduling
 
+from .helpers import wait_for
+
 SPEC = {"workload": {"image": "127.0.0.1:5000/ml/trainer:1.0", "command": ["sleep", "1"]}}
 
 
@@ -54,12 +56,10 @@ def running() -> Iterator[Callable[..., CountingReconciler]]:
 
 
 def wait(pred: Callable[[], object], timeout: float, what: str) -> float:
+    """Seconds until ``pred`` holds (helpers.wait_for, polled every 20 ms)."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if pred():
-            return time.monotonic() - t0
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    wait_for(pred, timeout, every=0.02, what=what)
+    return time.monotonic() - t0
 
 
 def insert_operation(dsn: str, *, notify: bool, state: str = "accepted") -> str:
