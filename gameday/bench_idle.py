@@ -82,7 +82,8 @@ def idle_cmd(name: str, home: Path | None, seconds: float, rounds: int, settle: 
     """Idle CPU (% of one core, total and per component) and PSS of a local environment.
 
     Uses the environment if it is up; otherwise brings it up, measures, and brings it down
-    again. Nothing else should run on the machine meanwhile (the figures would include it
+    again, purging it if this command created it (an environment with state keeps it).
+    Nothing else should run on the machine meanwhile (the figures would include it
     nowhere, but the environment's own timers stretch under contention)."""
     def say(msg: str) -> None:
         click.echo(msg, err=True)
@@ -100,6 +101,9 @@ def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, s
 
     env = LocalEnvironment(name, home)
     started_here = not env.is_running()
+    # an environment this benchmark creates leaves nothing behind (as root its database lives
+    # outside the home, in /var/lib/gameday); one that already had state keeps it
+    created_here = started_here and not env.state_dir.exists()
     if started_here:
         say(f"environment {name!r} is not up: starting it (brought down again afterwards)")
         env.up(reporter=lambda m: say(f"  {m}"))
@@ -128,8 +132,8 @@ def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, s
         }
     finally:
         if started_here:
-            say(f"bringing environment {name!r} down")
-            env.down()
+            say(f"bringing environment {name!r} down" + (" and purging it" if created_here else ""))
+            env.down(purge=created_here)
     for comp, pct in figures["idle_cpu_percent_by_component"].items():
         say(f"  {pct:5.1f} %  {comp}")
     say(f"idle: {figures['idle_cpu_percent_of_one_core']:.1f} % of one core (median of "

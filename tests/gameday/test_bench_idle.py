@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from gameday.bench_idle import OTHER, core_percent, measure_round, owners, spent
+from gameday.bench_idle import OTHER, core_percent, measure_idle, measure_round, owners, spent
+from infra.local import env as env_module
 from infra.local import procs
 
 
@@ -57,3 +59,48 @@ def test_a_spinning_process_reads_busy_and_a_sleeping_one_idle(
 
 def test_cpu_ticks_of_a_missing_process_is_none() -> None:
     assert procs.cpu_ticks(2**22 + 12345) is None
+
+
+class FakeEnvironment:
+    """Stands in for LocalEnvironment: records how the benchmark leaves it."""
+
+    def __init__(self, name: str, home: Path | None, *, running: bool) -> None:
+        assert home is not None
+        self.state_dir = home / ".gameday" / "envs" / name
+        self.components: list[str] = []
+        self.running, self.ups, self.downs = running, 0, []  # type: ignore[var-annotated]
+
+    def is_running(self) -> bool:
+        return self.running
+
+    def up(self, reporter: object) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.ups += 1
+
+    def component_pids(self, component: str) -> list[int]:
+        return []
+
+    def down(self, purge: bool = False) -> None:
+        self.downs.append(purge)
+
+
+@pytest.mark.parametrize(("had_state", "running", "ups", "downs"), [
+    (False, False, 1, [True]),   # created here: nothing is left behind
+    (True, False, 1, [False]),   # an environment with state keeps it
+    (True, True, 0, []),         # already up: left up
+])
+def test_only_an_environment_the_benchmark_created_is_purged(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, had_state: bool, running: bool,
+        ups: int, downs: list[bool]) -> None:
+    made: list[FakeEnvironment] = []
+
+    def fake(name: str, home: Path | None) -> FakeEnvironment:
+        made.append(FakeEnvironment(name, home, running=running))
+        return made[-1]
+    monkeypatch.setattr(env_module, "LocalEnvironment", fake)
+    if had_state:
+        (tmp_path / ".gameday" / "envs" / "local").mkdir(parents=True)
+    figures = measure_idle("local", tmp_path, seconds=0.05, rounds=1, settle=0.0,
+                           say=lambda _: None)
+    assert (made[0].ups, made[0].downs) == (ups, downs)
+    assert figures["rounds"] == 1
