@@ -98,6 +98,10 @@ class Reconciler:
                         await conn.close()
                     conn = None
                     self.idle = False
+                    # the LISTEN connection may be as dead as this one without knowing it yet
+                    # (nothing is read on it until a NOTIFY): open it again too
+                    listener.cancel()
+                    listener = asyncio.create_task(self._listen())
                     await asyncio.sleep(0.5)
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=self.s.idle_interval

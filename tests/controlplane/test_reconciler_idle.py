@@ -154,3 +154,22 @@ def test_losing_listen_ends_the_idle_wait(pg_dsn: str, running: Callable[..., Co
     op = insert_operation(pg_dsn, notify=False)
     took = wait(lambda: state_of(pg_dsn, op) != "accepted", 4.0, "the routing pass")
     assert took < 0.8, took  # not at the next idle pass, nor after LISTEN is back (1 s)
+
+
+def listen_backend(dsn: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pid FROM pg_stat_activity"
+                           " WHERE application_name = 'reconciler-listen'").fetchone()
+    return row[0] if row else None
+
+
+def test_a_failed_pass_opens_listen_again(pg_dsn: str,
+                                          running: Callable[..., CountingReconciler]) -> None:
+    running(pg_dsn, idle_interval=5.0)
+    before = listen_backend(pg_dsn)
+    assert before is not None
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the pass's own connection breaks
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name = 'reconciler'")
+    # LISTEN looked healthy, yet it is opened again with the pass's connection
+    wait(lambda: listen_backend(pg_dsn) not in (None, before), 8.0, "a new LISTEN connection")
