@@ -47,7 +47,12 @@ def local_env(env_home: Path) -> Iterator[LocalEnvironment]:
 
 @pytest.fixture
 def env(local_env: LocalEnvironment) -> Iterator[LocalEnvironment]:
-    """The session environment; whatever a test breaks is undone after it."""
+    """The session environment; whatever a test breaks is undone after it. A test that
+    brought it down (test_recovery.py's `down` test) leaves it down for the next test in the
+    session, which may come from another file (`--dist loadfile` puts several files on one
+    worker, in any order), so it is brought up again first."""
+    if not local_env.is_running():
+        local_env.up()
     yield local_env
     if local_env.is_running():
         local_env.faults.restore_all()
