@@ -107,6 +107,40 @@ def shared_s3_client(config: StorageConfig) -> S3Client:
     return client
 
 
+class _NoBody:
+    """The empty body of an answer made up in this process (prime_s3_client)."""
+
+    def stream(self, **_: Any) -> Any:
+        return iter(())
+
+    def read(self, *_: Any) -> bytes:
+        return b""
+
+
+def prime_s3_client(client: S3Client, bucket: str) -> None:
+    """Run one ``put_object`` through the client's whole request path (parameter checks,
+    serialiser, endpoint rules, checksum, signing, response parser) with the answer made up
+    here, so that what botocore builds on a client's first call of an operation is built now.
+
+    For the local runtime's warm parent: its forked attempts then inherit those parts instead
+    of each building its own, which measured about 7 ms of CPU and 340 copy-on-write page
+    faults less per attempt (docs/local-environment.md). Nothing is sent: no connection is
+    opened (a forked child never shares a socket) and nothing is written to the bucket. The
+    made-up answer is returned through botocore's documented ``before-send`` hook, which is
+    removed again before this returns."""
+    from botocore.awsrequest import AWSResponse
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        return AWSResponse(request.url, 200, {"ETag": '"0"'}, _NoBody())
+
+    event, uid = "before-send.s3.PutObject", "controlplane-prime"
+    client.meta.events.register_first(event, answer, unique_id=uid)
+    try:
+        client.put_object(Bucket=bucket, Key="prime", Body=b"", ChecksumSHA256=_b64_sha256(b""))
+    finally:
+        client.meta.events.unregister(event, unique_id=uid)
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

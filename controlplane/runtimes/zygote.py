@@ -51,17 +51,27 @@ def preload() -> None:
     storage.make_s3_client(storage.StorageConfig(endpoint_url="http://127.0.0.1:9"))
 
 
+_primed: set[tuple[str, str]] = set()
+
+
 def warm_client(argv: list[str]) -> None:
-    """Make the attempt's S3 client here, once per endpoint, so every fork inherits it ready
-    (storage.shared_s3_client). Only for an explicit endpoint: its keys are explicit, so no
-    credential lookup is cached in the warm parent."""
+    """Make the attempt's S3 client here, once per endpoint, and prime it once per bucket, so
+    every fork inherits it ready (storage.shared_s3_client, storage.prime_s3_client). Only for
+    an explicit endpoint: its keys are explicit, so no credential lookup is cached in the warm
+    parent."""
     from controlplane import storage
 
-    for flag, value in itertools.pairwise(argv):
-        if flag == "--s3-endpoint" and value:
-            storage.shared_s3_client(storage.StorageConfig(endpoint_url=value))
-            gc.freeze()  # as after preload(): children's collections skip the new client
-            return
+    flags = dict(itertools.pairwise(argv))
+    endpoint = flags.get("--s3-endpoint")
+    if not endpoint:
+        return
+    bucket = flags.get("--bucket") or storage.DEFAULT_BUCKET
+    if (endpoint, bucket) in _primed:
+        return
+    _primed.add((endpoint, bucket))  # tried once: a failure is not retried per attempt
+    client = storage.shared_s3_client(storage.StorageConfig(endpoint_url=endpoint))
+    storage.prime_s3_client(client, bucket)
+    gc.freeze()  # as after preload(): children's collections skip the new client
 
 
 def set_cmdline(title: list[str]) -> None:

@@ -40,6 +40,17 @@ def test_warming_makes_the_endpoints_client_without_connecting() -> None:
             listener.accept()
 
 
+def test_priming_writes_nothing_and_leaves_the_client_sending_for_real(moto: S3Server) -> None:
+    """storage.prime_s3_client answers its put_object itself: nothing reaches the bucket, and
+    its before-send hook is gone afterwards, so the next put is the server's."""
+    client = storage.make_s3_client(storage.StorageConfig(endpoint_url=moto.endpoint))
+    storage.prime_s3_client(client, moto.bucket)
+    store = storage.ObjectStore(client, moto.bucket)
+    assert store.list_prefixes("prime") == []
+    store.put("after-priming", b"real")
+    assert moto.store().get("after-priming") == b"real"
+
+
 def test_forked_attempts_inherit_the_client_and_write_their_artifacts(moto: S3Server) -> None:
     rt = LocalRuntime(start_method="forkserver")
     try:
