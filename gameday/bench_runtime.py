@@ -30,6 +30,7 @@ import io
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -173,8 +174,6 @@ def _sleep_workload_cpu_ms(endpoint: str, bucket: str, sleep_seconds: float, n: 
 
 
 def _start_registry(root: Path, logdir: Path) -> tuple[Any, str]:
-    import shutil
-
     from controlplane.registry import push_minimal_image
     from infra.local.launch import spawn, wait_http
     from infra.local.pgserver import free_port
@@ -271,6 +270,7 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
     logdir.mkdir()
     started: list[Any] = []
     hz = os.sysconf("SC_CLK_TCK")
+    measured = False
     try:
         with PostgresServer(fsync=True) as pg:
             dsn = pg.create_database("bench_runtime")
@@ -287,7 +287,7 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
             started.append(registry)
             baseline_ms = _sleep_workload_cpu_ms(endpoint, bucket, sleep_seconds)
             say(f"sleep workload in a warm interpreter: {baseline_ms} ms CPU")
-            with ControlPlane(dsn=dsn, replicas=1, reconcilers=1) as cp:
+            with ControlPlane(dsn=dsn, replicas=1, reconcilers=1, logdir=logdir) as cp:
                 env = {"CONTROLPLANE_AGENT_TOKEN": cp.agent_token,
                        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
                 if start_method:
@@ -333,9 +333,15 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
                 if dead:
                     raise click.ClickException(f"agents died during the round: {dead} "
                                                f"(logs in {logdir})")
+                measured = True
     finally:
         for p in reversed(started):
             p.stop()
+        # the round's logs, spools and registry: kept only when they may explain a failure
+        if measured:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            say(f"this round's logs are kept in {logdir}")
     attempts = len(lat)  # max_retries 0: one attempt per operation that ran
     agent_ms = per_attempt_ms(after[0] - before[0], hz, attempts)
     workload_ms = per_attempt_ms(after[1] - before[1], hz, attempts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,7 +90,9 @@ class ControlPlane:
     agent_timeout: float | None = None
     retry_base: float = 1.0
     api_workers: int = 1
-    logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cp-")))
+    # None: a temporary directory of its own, removed again when the `with` block ends
+    # without an error (after an error it is kept: the processes' logs say what went wrong)
+    logdir: Path = None  # type: ignore[assignment]
     project: str = "ml-team"
     user_token: str = field(default_factory=lambda: "u-" + secrets.token_hex(16))
     other_user_token: str = field(default_factory=lambda: "o-" + secrets.token_hex(16))
@@ -100,6 +103,12 @@ class ControlPlane:
                                  {"name": "urgent", "priority": 10, "concurrency": 1000}])
     apis: list[Proc] = field(default_factory=list)
     recs: list[Proc] = field(default_factory=list)
+    owns_logdir: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.logdir is None:
+            self.logdir = Path(tempfile.mkdtemp(prefix="cp-"))
+            self.owns_logdir = True
 
     @property
     def api_url(self) -> str:
@@ -155,5 +164,7 @@ class ControlPlane:
     def __enter__(self) -> ControlPlane:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.stop()
+        if self.owns_logdir and exc_type is None:
+            shutil.rmtree(self.logdir, ignore_errors=True)
