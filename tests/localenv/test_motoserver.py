@@ -54,5 +54,11 @@ def test_serves_s3(tmp_path: Path) -> None:
         store.ensure_bucket()
         store.put("a/b.json", b"{}")
         assert store.get("a/b.json") == b"{}"
+        with pytest.raises(storage.ObjectMissing):
+            store.get("a/missing.json")
     finally:
         proc.stop()
+    # request lines only for error answers (QuietRequestHandler): the 404, not the 200s
+    lines = [x for x in proc.log.read_text().splitlines() if '" ' in x and "HTTP/1" in x]
+    assert [x for x in lines if "missing.json" in x and '" 404 ' in x], lines
+    assert not [x for x in lines if '" 200 ' in x], lines
