@@ -20,6 +20,7 @@ import psycopg
 from controlplane import clock, defects, metrics
 from controlplane.db import ListenConnection
 from controlplane.health import ReconcilerHealth, default_stall_seconds
+from controlplane.states import TERMINAL, OpState
 from controlplane.store import agents as agent_store
 from controlplane.store import pipelines as pipeline_store
 from controlplane.store import scheduling
@@ -41,6 +42,9 @@ class ReconcilerSettings:
     retry_base: float = 1.0
     progress_stale_seconds: float = 60.0
     gauge_interval: float = 2.0
+    # The finished states' counts read every finished operation kept (no index can make that
+    # cheap), so they are refreshed this often; the open states every gauge_interval.
+    finished_gauge_interval: float = 60.0
     blocked_recheck_seconds: float = 10.0
     debounce: float = 0.02
     stall_seconds: float | None = None  # /healthz bound; None: from the intervals (stall_bound)
@@ -66,6 +70,8 @@ class Reconciler:
         self._last_timed = 0.0
         self._listening = False  # a NOTIFY can wake us: only then may the loop idle
         self.idle = False  # the last pass found no open work
+        self._finished_at: float | None = None  # when the finished states were last counted
+        self._finished: dict[str, int] = {}
 
     def stop(self) -> None:
         self._stop.set()
@@ -156,10 +162,16 @@ class Reconciler:
                                     "rerouted": exp.rerouted, "failed": exp.failed})
 
     async def export_gauges(self, conn: psycopg.AsyncConnection) -> None:
-        g = await scheduling.gauges(conn, self.s.progress_stale_seconds)
-        for state in ("accepted", "queued", "dispatched", "running", "retrying", "blocked",
-                      "canceled", "succeeded", "failed"):
-            metrics.OPERATIONS.labels(state).set(g["states"].get(state, 0))
+        now = asyncio.get_running_loop().time()
+        finished = (self._finished_at is None
+                    or now - self._finished_at >= self.s.finished_gauge_interval)
+        g = await scheduling.gauges(conn, self.s.progress_stale_seconds, finished=finished)
+        if finished:
+            self._finished_at = now
+            self._finished = {s.value: g["states"].get(s.value, 0) for s in TERMINAL}
+        for state in OpState:
+            counts = self._finished if state in TERMINAL else g["states"]
+            metrics.OPERATIONS.labels(state.value).set(counts.get(state.value, 0))
         for queue, age in g["queue_age"].items():
             metrics.QUEUE_AGE.labels(queue).set(age)
         metrics.PENDING.clear()

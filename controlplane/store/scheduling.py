@@ -348,10 +348,23 @@ async def open_work(conn: AsyncConnection) -> bool:
     return bool(row and row[0])
 
 
-async def gauges(conn: AsyncConnection, progress_stale_seconds: float) -> dict[str, Any]:
+async def gauges(conn: AsyncConnection, progress_stale_seconds: float, *,
+                 finished: bool = True) -> dict[str, Any]:
+    """The reconciler's gauges. ``states`` counts the open states through their partial indexes
+    (``operations_waiting``, ``operations_active``: as cheap as the work in flight) and, only
+    when ``finished``, the finished states too: that count reads every finished operation ever
+    kept, so the reconciler asks for it less often (ReconcilerSettings.finished_gauge_interval)."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT state, count(*) AS n FROM operations GROUP BY state")
+        await cur.execute(
+            "SELECT state, count(*) AS n FROM operations"
+            " WHERE state IN ('accepted', 'queued', 'blocked', 'retrying') GROUP BY state"
+            " UNION ALL SELECT state, count(*) AS n FROM operations"
+            " WHERE state IN ('dispatched', 'running') GROUP BY state")
         states = {r["state"]: r["n"] for r in await cur.fetchall()}
+        if finished:
+            await cur.execute("SELECT state, count(*) AS n FROM operations"
+                              " WHERE state IN ('canceled', 'succeeded', 'failed') GROUP BY state")
+            states.update({r["state"]: r["n"] for r in await cur.fetchall()})
         await cur.execute(
             """SELECT q.name AS queue,
                       coalesce(extract(epoch FROM now() - min(o.waiting_since)), 0) AS age
