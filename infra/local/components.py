@@ -110,11 +110,18 @@ def db_root_for(state_dir: Path, env_name: str) -> Path:
     return SYSTEM_DB_ROOT / f"{env_name}-{digest}"
 
 
-def prepare_db_root(db_root: Path) -> None:
-    """Create ``db_root`` and its gameday parent, enterable by the postgres user (0755)."""
+# In a database directory under SYSTEM_DB_ROOT: the state directory it belongs to, so that one
+# left behind when that state directory is gone can be found and removed (infra/local/orphans.py)
+OWNER_FILE = "STATE_DIR"
+
+
+def prepare_db_root(db_root: Path, state_dir: Path) -> None:
+    """Create ``db_root`` and its gameday parent, enterable by the postgres user (0755), and
+    record the state directory it belongs to."""
     db_root.mkdir(parents=True, exist_ok=True)
     for d in (db_root.parent, db_root):
         d.chmod(0o755)
+    (db_root / OWNER_FILE).write_text(f"{state_dir.resolve()}\n")
 
 
 def gameday_argv(*args: str) -> list[str]:
@@ -413,7 +420,7 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
     ))
     db_root = db_root or state
     if db_root != state:
-        prepare_db_root(db_root)
+        prepare_db_root(db_root, state)
     specs += [_patroni(db_root, env_name, i, ports, secrets) for i in (0, 1)]
 
     (state / "haproxy.cfg").write_text(_haproxy_cfg(state, ports))

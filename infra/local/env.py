@@ -36,7 +36,7 @@ from typing import Any
 import click
 import httpx
 
-from infra.local import procs
+from infra.local import orphans, procs
 from infra.local.components import (
     PG_BIN,
     ComponentSpec,
@@ -379,6 +379,7 @@ class LocalEnvironment:
                 f"use `gameday env status` or `gameday env down` first")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
+        orphans.remove_orphans(orphans.SYSTEM_DB_ROOT, say)
         problems = self.preflight(platform)
         if problems:
             raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))

@@ -1,0 +1,46 @@
+"""Database directories of local environments that no longer exist.
+
+As root, an environment whose state directory the postgres user cannot enter (a clone under
+root's 0700 home) keeps its two database members in a directory of its own under
+/var/lib/gameday (components.db_root_for): 140-250 MB. `gameday env down --purge` deletes it.
+A run killed before that, or a state directory deleted by hand (a removed clone, a test's
+temporary home), left it behind for good. Each such directory records the state directory it
+belongs to (components.OWNER_FILE); `env up` removes the ones whose state directory is gone and
+that no process of that environment still runs on. A directory without that record (made
+before it existed, or not ours) is left alone.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from infra.local import procs
+from infra.local.components import OWNER_FILE, SYSTEM_DB_ROOT
+
+
+def orphans(root: Path = SYSTEM_DB_ROOT) -> list[tuple[Path, Path]]:
+    """(database directory, the state directory it belonged to) for each orphan under root."""
+    found = []
+    for db_root in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            owner = Path((db_root / OWNER_FILE).read_text().strip())
+        except OSError:
+            continue
+        if not owner.is_absolute() or owner.exists() or procs.marked_processes(owner):
+            continue
+        found.append((db_root, owner))
+    return found
+
+
+def remove_orphans(root: Path = SYSTEM_DB_ROOT,
+                   say: Callable[[str], object] = lambda _msg: None) -> list[Path]:
+    """Delete every orphan under root, each named through ``say``; the ones deleted."""
+    removed = []
+    for db_root, owner in orphans(root):
+        shutil.rmtree(db_root, ignore_errors=True)
+        say(f"removed {db_root}: the database of an environment whose state directory "
+            f"{owner} no longer exists")
+        removed.append(db_root)
+    return removed

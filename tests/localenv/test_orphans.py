@@ -1,0 +1,72 @@
+"""infra/local/orphans.py: a database directory under /var/lib/gameday whose environment's
+state directory is gone (a killed run, a deleted clone) is removed by the next `env up`; one
+whose state directory exists, one an environment's process still runs on, and one without an
+owner record are kept. Against a temporary root, never the machine's /var/lib/gameday."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from infra.local import orphans, procs
+from infra.local.components import OWNER_FILE, prepare_db_root
+from infra.local.env import LocalEnvironment
+from infra.local.errors import EnvError
+
+
+def _db_root(root: Path, name: str, owner: Path | None) -> Path:
+    d = root / name
+    (d / "pg-0").mkdir(parents=True)
+    if owner is not None:
+        (d / OWNER_FILE).write_text(f"{owner}\n")
+    return d
+
+
+def test_only_a_database_whose_state_directory_is_gone_and_unused_is_removed(
+        tmp_path: Path) -> None:
+    root = tmp_path / "var-lib-gameday"
+    alive_state = tmp_path / "state-alive"
+    alive_state.mkdir()
+    gone, running_gone = tmp_path / "state-gone", tmp_path / "state-gone-running"
+    kept = _db_root(root, "local-kept", alive_state)
+    orphan = _db_root(root, "local-orphan", gone)
+    in_use = _db_root(root, "local-in-use", running_gone)
+    unowned = _db_root(root, "local-unowned", None)
+    # a process of the environment whose state directory was deleted under it
+    sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ,
+                                                     procs.MARKER_VAR: str(running_gone)})
+    try:
+        said: list[str] = []
+        assert orphans.remove_orphans(root, said.append) == [orphan]
+        assert [x.name for x in sorted(root.iterdir())] == [
+            "local-in-use", "local-kept", "local-unowned"]
+        assert kept.exists() and in_use.exists() and unowned.exists()
+        assert said == [(f"removed {orphan}: the database of an environment whose state "
+                         f"directory {gone} no longer exists")]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert orphans.remove_orphans(root) == [in_use]  # its last process has gone
+
+
+def test_a_database_directory_records_its_state_directory(tmp_path: Path) -> None:
+    prepare_db_root(tmp_path / "root" / "local-x", tmp_path / "state")
+    assert (tmp_path / "root" / "local-x" / OWNER_FILE).read_text() == (
+        f"{(tmp_path / 'state').resolve()}\n")
+
+
+def test_env_up_removes_orphans_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "var-lib-gameday"
+    orphan = _db_root(root, "local-orphan", tmp_path / "deleted-clone")
+    monkeypatch.setattr(orphans, "SYSTEM_DB_ROOT", root)
+    env = LocalEnvironment("orphan-test", tmp_path / "home")
+    # stop right after: what up() did before its preflight is what this test is about
+    monkeypatch.setattr(env, "preflight", lambda *_a, **_k: ["stopped here by the test"])
+    said: list[str] = []
+    with pytest.raises(EnvError, match="stopped here by the test"):
+        env.up(said.append)
+    assert not orphan.exists()
+    assert any(str(orphan) in m for m in said), said
