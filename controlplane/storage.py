@@ -123,7 +123,7 @@ def prime_s3_client(client: S3Client, bucket: str) -> None:
     here, so that what botocore builds on a client's first call of an operation is built now.
 
     For the local runtime's warm parent: its forked attempts then inherit those parts instead
-    of each building its own, which measured about 7 ms of CPU and 340 copy-on-write page
+    of each building its own, which measured about 6 ms of CPU and 320 copy-on-write page
     faults less per attempt (docs/local-environment.md). Nothing is sent: no connection is
     opened (a forked child never shares a socket) and nothing is written to the bucket. The
     made-up answer is returned through botocore's documented ``before-send`` hook, which is

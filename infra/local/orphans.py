@@ -40,6 +40,10 @@ def remove_orphans(root: Path = SYSTEM_DB_ROOT,
     removed = []
     for db_root, owner in orphans(root):
         shutil.rmtree(db_root, ignore_errors=True)
+        if db_root.exists():  # e.g. another user's: said, never claimed
+            say(f"could not remove {db_root}, the database of an environment whose state "
+                f"directory {owner} no longer exists")
+            continue
         say(f"removed {db_root}: the database of an environment whose state directory "
             f"{owner} no longer exists")
         removed.append(db_root)

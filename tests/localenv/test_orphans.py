@@ -70,3 +70,15 @@ def test_env_up_removes_orphans_first(tmp_path: Path, monkeypatch: pytest.Monkey
         env.up(said.append)
     assert not orphan.exists()
     assert any(str(orphan) in m for m in said), said
+
+
+def test_a_directory_that_cannot_be_removed_is_said_not_claimed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "var-lib-gameday"
+    orphan = _db_root(root, "local-other-users", tmp_path / "gone")
+    monkeypatch.setattr(orphans.shutil, "rmtree", lambda *_a, **_k: None)  # as EACCES would
+    said: list[str] = []
+    assert orphans.remove_orphans(root, said.append) == []
+    assert orphan.exists() and said == [
+        (f"could not remove {orphan}, the database of an environment whose state directory "
+         f"{tmp_path / 'gone'} no longer exists")]
