@@ -424,14 +424,23 @@ class AttemptRunner(threading.Thread):
         # The last events ride inside the report (recorded in its transaction, before the state
         # changes); older spooled ones go first through the courier, as the control plane
         # refuses events once the attempt is terminal.
+        # Spooled events the API cannot take now are tried again, for one lease length at
+        # most and while the lease holds, before the report goes without them: after the
+        # report they would be refused, so going at once lost them in any brief outage.
+        events_until = time.monotonic() + self.claim.lease_seconds
         carried: list[dict[str, Any]] | None = None
         try:
             while True:
                 if carried is None:
                     carried = self._take_report_events()
                     if carried is None:
-                        if self._events_before_report() is Delivery.MORE:
+                        delivery = self._events_before_report()
+                        if delivery is Delivery.MORE:
                             self._keep_lease_while_draining()
+                            continue
+                        if delivery is Delivery.UNAVAILABLE and time.monotonic() < events_until:
+                            self._keep_lease_while_draining()
+                            time.sleep(max(self.settings.tick, 0.2))
                             continue
                         carried = []
                 try:

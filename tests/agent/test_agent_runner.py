@@ -240,6 +240,40 @@ def test_events_survive_an_unreachable_api_in_the_spool_and_arrive_in_order(
         "controlplane_agent_events_dropped_total", {"reason": "spool_full"}) == 0
 
 
+class OutageFromFirstEvents(OutageApi):
+    """Unreachable from the first events request on, for ``seconds``: a short attempt ends
+    inside the outage, with events spooled and its final report still to send."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.timer: threading.Timer | None = None
+
+    def send_events(self, attempt_id: str, token: int, events: list[dict[str, Any]]) -> None:
+        if self.timer is None:
+            self.down.set()
+            self.timer = threading.Timer(self.seconds, self.down.clear)
+            self.timer.start()
+        super().send_events(attempt_id, token, events)
+
+
+def test_spooled_events_go_before_a_final_report_sent_after_an_outage(
+    moto: S3Server, registry: Registry, tmp_path: Path,
+) -> None:
+    # The control plane refuses events once the attempt is terminal: a report sent without
+    # the spooled ones would lose them for good.
+    api = OutageFromFirstEvents(seconds=1.5)
+    runner = make_runner(api, moto, registry, Capacity(1),
+                         {"steps": 20, "checkpoint_every": 10, "step_delay": 0.02}, tmp_path,
+                         lease=3.0)
+    runner.run()
+    assert runner.ending is Ending.SUCCEEDED and [r[0] for r in api.reports] == ["running", "succeeded"]
+    assert api.timer is not None and not api.down.is_set()  # the outage happened and ended
+    kinds = [e["kind"] for e in api.events if e["kind"] != "progress"]
+    assert kinds == ["checkpoint_started", "checkpoint_written"] * 2 + ["artifact_written"]
+    assert runner.courier.spool.pending_events() == 0
+
+
 class _StillRunning:
     """A handle whose workload wrote its closing event and has not exited."""
 
@@ -263,3 +297,4 @@ def test_the_closing_event_is_held_for_the_report_only_for_a_bounded_time(
     assert not runner._holding_closing_event()  # it did not exit: sent as usual
     runner._outbox.clear()
     assert not runner._holding_closing_event()  # nothing closing: nothing held
+
