@@ -298,3 +298,50 @@ def test_the_closing_event_is_held_for_the_report_only_for_a_bounded_time(
     runner._outbox.clear()
     assert not runner._holding_closing_event()  # nothing closing: nothing held
 
+
+class _Progressing:
+    """A handle whose workload reports progress (and, when told, one other event)."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def emit(self, kind: str) -> None:
+        from controlplane.workload.events import WorkloadEvent
+        self.events.append(WorkloadEvent(kind, "", {"step": len(self.events) + 1}))
+
+    def drain_events(self) -> list[Any]:
+        out, self.events = self.events, []
+        return out
+
+
+def test_progress_alone_is_held_only_for_a_bounded_time(
+        moto: S3Server, registry: Registry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane.agent import attempt
+    runner = make_runner(FakeApi(), moto, registry, Capacity(1), {"steps": 3}, tmp_path)
+    handle = _Progressing()
+    runner.handle = handle  # type: ignore[assignment]
+    assert not runner._holding_progress()  # nothing read: nothing held
+    handle.emit("progress")
+    assert runner._holding_progress()  # progress alone: it may wait for the report
+    monkeypatch.setattr(attempt, "PROGRESS_HOLD_SECONDS", 0.0)
+    assert not runner._holding_progress()  # held long enough: sent as usual
+    monkeypatch.setattr(attempt, "PROGRESS_HOLD_SECONDS", 60.0)
+    assert runner._holding_progress()  # the hold starts again after that
+    handle.emit("checkpoint_written")
+    assert not runner._holding_progress()  # any other event sends the progress with it
+    runner._outbox = [e for e in runner._outbox if e["kind"] == "progress"]
+    runner.courier.spool.append(runner.key, [{"kind": "log", "message": "older", "data": {}}])
+    assert not runner._holding_progress()  # something spooled: the courier must drain it
+
+
+def test_a_short_attempt_sends_its_progress_inside_its_final_report(
+        moto: S3Server, registry: Registry, tmp_path: Path) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 3}, tmp_path,
+                         lease=30.0, heartbeat_seconds=10.0)
+    runner.claim.spec["workload"].update(kind="sleep", params={"seconds": 0.2})
+    runner.run()
+    assert runner.ending is Ending.SUCCEEDED, api.reports
+    assert api.events == api.report_events  # no request of its own for the events
+    assert [e["kind"] for e in api.report_events] == ["progress", "artifact_written"]
