@@ -98,6 +98,9 @@ class Agent:
         raise RuntimeError("agent stopped before it could register")
 
     def run(self) -> None:
+        prepare = getattr(self.runtime, "prepare", None)  # the local runtime's warm parent
+        if prepare is not None:  # in the background: registering and claiming need not wait
+            threading.Thread(target=prepare, name="runtime-prepare", daemon=True).start()
         reg = self.register()
         self.flusher = SpoolFlusher(spool=self.spool, courier=self.courier, api=self.api,
                                     agent_name=self.identity.name, agent_id=reg.agent_id,

@@ -159,6 +159,13 @@ class LocalRuntime:
                     log.warning("local runtime: %s; trying again (a dead warm parent is replaced)", exc)
         return self._start_plain(args, env)
 
+    def prepare(self) -> None:
+        """Start the warm parent now rather than at the first attempt. Its start (imports of
+        numpy and boto3, about 0.5 s of CPU) otherwise delays every attempt that arrives while
+        it runs: under a steady stream, the first second's worth of a fresh agent's work."""
+        if self.start_method == "forkserver":
+            self._forkserver()
+
     def _forkserver(self) -> ForkServer | None:
         """The running warm parent, started (or restarted) here; None: use the plain path."""
         with self._server_lock:

@@ -117,6 +117,38 @@ def reference_weights(s3: S3Server, steps: int, every: int) -> bytes:
     return s3.store().get(storage.artifact_prefix(op, 1) + "model.npy")
 
 
+def warm_parents_of(agent_pid: int) -> list[int]:
+    """The local runtime's warm parents (runtimes/zygote.py) started by this agent."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"controlplane.runtimes.zygote" in argv and b"--agent-pid" in argv \
+                and argv[argv.index(b"--agent-pid") + 1] == str(agent_pid).encode():
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_warm_parent_is_started_with_the_agent_not_at_its_first_attempt(
+        cp_stack: Any, procs: ProcessSupervisor, tmp_path: Path, moto: S3Server,
+        registry: Registry) -> None:
+    agent = start_agent(procs, cp_stack, tmp_path, "agent-idle", moto, registry)
+    deadline = time.monotonic() + 30
+    while not warm_parents_of(agent.pid):
+        assert agent.popen.poll() is None, "the agent exited"
+        assert time.monotonic() < deadline, "no warm parent 30 s after the agent started"
+        time.sleep(0.1)
+    assert len(warm_parents_of(agent.pid)) == 1  # no attempt was ever claimed
+    agent.popen.terminate()
+    agent.popen.wait(timeout=20)
+    deadline = time.monotonic() + 10
+    while warm_parents_of(agent.pid):  # it dies with its agent
+        assert time.monotonic() < deadline, "the warm parent outlived its agent"
+        time.sleep(0.1)
+
+
 def test_submit_claim_run_checkpoint_succeed(cp_stack: Any, procs: ProcessSupervisor, tmp_path: Path,
                                              moto: S3Server, registry: Registry) -> None:
     client = Client(cp_stack)
