@@ -43,8 +43,10 @@ TITLE_ROOM = 4096  # bytes of argv a child may rewrite so `ps` shows the workloa
 def preload() -> None:
     """Everything a workload imports or builds before its first step, done once here."""
     import controlplane.workload.__main__
-    import controlplane.workload.run  # noqa: F401  (numpy, boto3 via controlplane.storage)
+    import controlplane.workload.run  # numpy, boto3 via controlplane.storage
     from controlplane import storage
+
+    controlplane.workload.__main__.parser()
 
     # The first client loads botocore's S3 model (~150 ms); later ones reuse the loader cache
     # of boto3's default session. Explicit keys: no credential lookup is cached here.
