@@ -274,33 +274,8 @@ def test_spooled_events_go_before_a_final_report_sent_after_an_outage(
     assert runner.courier.spool.pending_events() == 0
 
 
-class _StillRunning:
-    """A handle whose workload wrote its closing event and has not exited."""
-
-    def __init__(self) -> None:
-        from controlplane.workload.events import WorkloadEvent
-        self.events = [WorkloadEvent("artifact_written", "artifacts at x", {})]
-
-    def drain_events(self) -> list[Any]:
-        out, self.events = self.events, []
-        return out
-
-
-def test_the_closing_event_is_held_for_the_report_only_for_a_bounded_time(
-        moto: S3Server, registry: Registry, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from controlplane.agent import attempt
-    runner = make_runner(FakeApi(), moto, registry, Capacity(1), {"steps": 3}, tmp_path)
-    runner.handle = _StillRunning()  # type: ignore[assignment]
-    assert runner._holding_closing_event()  # exit expected any moment: wait for the report
-    monkeypatch.setattr(attempt, "CLOSING_EVENT_HOLD_SECONDS", 0.0)
-    assert not runner._holding_closing_event()  # it did not exit: sent as usual
-    runner._outbox.clear()
-    assert not runner._holding_closing_event()  # nothing closing: nothing held
-
-
-class _Progressing:
-    """A handle whose workload reports progress (and, when told, one other event)."""
+class _EventsHandle:
+    """A handle whose workload is still running and has written the events ``emit`` gave."""
 
     def __init__(self) -> None:
         self.events: list[Any] = []
@@ -314,12 +289,27 @@ class _Progressing:
         return out
 
 
+def test_the_closing_event_is_held_for_the_report_only_for_a_bounded_time(
+        moto: S3Server, registry: Registry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane.agent import attempt
+    runner = make_runner(FakeApi(), moto, registry, Capacity(1), {"steps": 3}, tmp_path)
+    handle = _EventsHandle()
+    handle.emit("artifact_written")  # the closing event, and no exit yet
+    runner.handle = handle  # type: ignore[assignment]
+    assert runner._holding_closing_event()  # exit expected any moment: wait for the report
+    monkeypatch.setattr(attempt, "CLOSING_EVENT_HOLD_SECONDS", 0.0)
+    assert not runner._holding_closing_event()  # it did not exit: sent as usual
+    runner._outbox.clear()
+    assert not runner._holding_closing_event()  # nothing closing: nothing held
+
+
 def test_progress_alone_is_held_only_for_a_bounded_time(
         moto: S3Server, registry: Registry, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from controlplane.agent import attempt
     runner = make_runner(FakeApi(), moto, registry, Capacity(1), {"steps": 3}, tmp_path)
-    handle = _Progressing()
+    handle = _EventsHandle()
     runner.handle = handle  # type: ignore[assignment]
     assert not runner._holding_progress()  # nothing read: nothing held
     handle.emit("progress")
