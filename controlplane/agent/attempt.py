@@ -180,11 +180,20 @@ class AttemptRunner(threading.Thread):
         pinned = self._resolve(image)
         if pinned is None:
             return Ending.START_FAILED
+        # A claim granted as the agent began to stop (before the start, or while it ran: a
+        # new warm parent takes about a second): the workload would be killed at once, with
+        # the attempt recorded as started and no step or resume point to show for it (a game
+        # day counts that as progress lost). Not reported: the lease expires and the
+        # reconciler retries it, as for the agent's other attempts.
+        if self.shutdown.is_set():
+            return Ending.SHUTDOWN
         try:
             self.handle = self.runtime.start(self._launch_spec(workload, pinned))
         except InvalidWorkload as exc:
             self._start_failed("invalid_workload", str(exc), transient=False)
             return Ending.START_FAILED
+        if self.shutdown.is_set():
+            return Ending.SHUTDOWN  # run() stops the workload
         self.api.report(self.claim.attempt_id, self.claim.fencing_token, "running",
                         f"workload started ({self.runtime.name}, {pinned})")
         result = self._supervise()

@@ -335,3 +335,38 @@ def test_a_short_attempt_sends_its_progress_inside_its_final_report(
     assert runner.ending is Ending.SUCCEEDED, api.reports
     assert api.events == api.report_events  # no request of its own for the events
     assert [e["kind"] for e in api.report_events] == ["progress", "artifact_written"]
+
+
+def test_a_claim_that_arrives_as_the_agent_stops_starts_no_workload(
+        moto: S3Server, registry: Registry, tmp_path: Path) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 3}, tmp_path)
+    runner.shutdown.set()  # SIGTERM landed between the claim's answer and the start
+    runner.run()
+    assert runner.ending is Ending.SHUTDOWN
+    assert runner.handle is None and api.reports == []  # never started, never "running"
+    assert runner.capacity.free() == (1, 0)  # the slot is given back
+
+
+class _StoppingRuntime(LocalRuntime):
+    """The agent begins to stop while the workload starts."""
+
+    def __init__(self, shutdown: threading.Event) -> None:
+        super().__init__()
+        self.shutdown = shutdown
+
+    def start(self, spec: Any) -> Any:
+        handle = super().start(spec)
+        self.shutdown.set()
+        return handle
+
+
+def test_a_workload_started_as_the_agent_stops_is_stopped_not_reported_running(
+        moto: S3Server, registry: Registry, tmp_path: Path) -> None:
+    api = FakeApi()
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 10_000, "step_delay": 0.01},
+                         tmp_path)
+    runner.runtime = _StoppingRuntime(runner.shutdown)
+    runner.run()
+    assert runner.ending is Ending.SHUTDOWN and api.reports == []
+    assert runner.handle is not None and runner.handle.process.poll() is not None  # type: ignore[attr-defined]
