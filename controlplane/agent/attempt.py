@@ -459,10 +459,9 @@ class AttemptRunner(threading.Thread):
             error = {"kind": "transient" if transient else "deterministic", "message": reason}
         # The last events ride inside the report (recorded in its transaction, before the state
         # changes); older spooled ones go first through the courier, as the control plane
-        # refuses events once the attempt is terminal.
-        # Spooled events the API cannot take now are tried again, for one lease length at
-        # most and while the lease holds, before the report goes without them: after the
-        # report they would be refused, so going at once lost them in any brief outage.
+        # refuses events once the attempt is terminal. While the API cannot take them they are
+        # tried again, for one lease length at most and while the lease holds, before the
+        # report goes without them.
         events_until = time.monotonic() + self.claim.lease_seconds
         carried: list[dict[str, Any]] | None = None
         try:
