@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from gameday.bench_disk import disk_cmd
 from gameday.bench_idle import idle_cmd, measure_idle
 from gameday.bench_runtime import runtime_cmd, runtime_rounds
 from gameday.bench_submit import IMAGE, measure_submit, submit_summary
@@ -157,5 +158,6 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
         json_out.write_text(json.dumps(figures, indent=2))
 
 
+bench_group.add_command(disk_cmd)
 bench_group.add_command(idle_cmd)
 bench_group.add_command(runtime_cmd)

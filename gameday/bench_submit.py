@@ -13,9 +13,10 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gameday.bench_disk import DiskWatch
 from gameday.bench_idle import spent, ticks_of
 from gameday.bench_runtime import percentile
 from infra.local import procs
@@ -158,18 +159,25 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
             "submission " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
     rate = statistics.median(r.rate for r in sat)
     half = []
+    disk = []
     for i in range(rounds):
-        r = asyncio.run(submit_load([url], token, seconds=seconds, concurrency=concurrency,
-                                    rate=rate / 2))
+        # the disk's own stalls, timed beside the round on the database's filesystem: a
+        # durable 201 cannot be faster than the WAL flush it waits for
+        with DiskWatch(pg.root) as watch:  # type: ignore[attr-defined]
+            r = asyncio.run(submit_load([url], token, seconds=seconds, concurrency=concurrency,
+                                        rate=rate / 2))
         half.append(r)
+        disk.append(watch.figures())
         pending.append(r)
         check_and_empty()
         say(f"  half-rate round {i + 1}: {r.rate:.0f}/s, p50 {r.pct(50):.1f} ms, "
-            f"p99 {r.pct(99):.1f} ms")
+            f"p99 {r.pct(99):.1f} ms; {disk[-1].line()}")
     pids = processes()
     return {
         "saturation": _latency_figures(sat, concurrency=concurrency),
-        "half_saturation": {**_latency_figures(half), "target_per_s": rate / 2},
+        "half_saturation": {**_latency_figures(half), "target_per_s": rate / 2,
+                            "p99_ms_per_round": [round(r.pct(99), 1) for r in half],
+                            "disk_per_round": [asdict(d) for d in disk]},
         "cpu_ms_per_submission": {k: statistics.median(c[k] for c in cpu) for k in cpu[0]},
         "acknowledged": committed[0],
         "acknowledged_and_committed": committed[1],
@@ -206,6 +214,7 @@ def submit_summary(sub: dict[str, Any]) -> str:
         (f"half of it (open loop at {half['target_per_s']:.0f}/s): achieved "
          f"{half['submissions_per_s']:.0f}/s, p50 {half['p50_ms']:.1f} ms p95 "
          f"{half['p95_ms']:.1f} ms p99 {half['p99_ms']:.1f} ms, errors {half['errors']}"),
+        *_disk_lines(half),
         "CPU ms per submission (median at saturation): "
         + ", ".join(f"{k} {v:.2f}" for k, v in sub["cpu_ms_per_submission"].items()),
         (f"every 201 committed: {sub['acknowledged_and_committed']} of {sub['acknowledged']} "
@@ -214,3 +223,11 @@ def submit_summary(sub: dict[str, Any]) -> str:
         + "; PSS MiB: " + ", ".join(f"{k} {v}" for k, v in sub["pss_mib"].items()),
     ]
     return "\n".join(lines)
+
+
+def _disk_lines(half: dict[str, Any]) -> list[str]:
+    """Each half-load round's p99 beside the disk stalls timed during it."""
+    rounds = zip(half.get("p99_ms_per_round", []), half.get("disk_per_round", []), strict=True)
+    return [f"  round {i}: p99 {p99:.1f} ms; disk fdatasync max {d['max_ms']:.0f} ms, "
+            f"{d['stalls']} over {d['threshold_ms']:g} ms ({d['stalled_s']:.2f} s)"
+            for i, (p99, d) in enumerate(rounds, 1)]

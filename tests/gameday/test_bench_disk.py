@@ -1,0 +1,79 @@
+"""The disk probe: its arithmetic, that it really samples the directory, and that it cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gameday.bench_disk import DiskWatch, disk_figures
+from gameday.bench_submit import submit_summary
+
+
+def test_stalls_are_the_samples_over_the_threshold_and_their_time() -> None:
+    f = disk_figures([0.3] * 97 + [40.0, 60.0, 1200.0], threshold_ms=50.0)
+    assert (f.samples, f.stalls, f.stalled_s, f.max_ms, f.p50_ms) == (100, 2, 1.26, 1200.0, 0.3)
+    assert f.p99_ms == 60.0  # nearest rank: the 99th of 100
+    assert "max 1200 ms, 2 over 50 ms (1.26 s)" in f.line()
+    with pytest.raises(ValueError, match="no disk sample"):
+        disk_figures([])
+
+
+def test_the_watch_times_flushes_in_the_directory_and_leaves_nothing(tmp_path: Path) -> None:
+    with DiskWatch(tmp_path, rate=50) as watch:
+        probe = list(tmp_path.iterdir())
+        assert len(probe) == 1 and probe[0].stat().st_size == 1 << 20
+        time.sleep(0.5)
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    n = len(watch.latencies_ms)
+    assert 10 <= n <= 30, n  # ~25 at 50/s over 0.5 s: paced, not a busy loop
+    assert all(x > 0 for x in watch.latencies_ms)
+    time.sleep(0.1)
+    assert len(watch.latencies_ms) == n  # the thread stopped with the block
+
+
+def test_a_failing_disk_is_an_error_not_a_quiet_zero(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with (pytest.raises(RuntimeError, match="disk probe .* failed: .*Input/output error"),
+          DiskWatch(tmp_path, rate=50)):
+        time.sleep(0.1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_disk_prints_json_and_refuses_bad_input(tmp_path: Path) -> None:
+    from gameday.cli import main
+
+    runner = CliRunner()
+    out = tmp_path / "disk.json"
+    r = runner.invoke(main, ["bench", "disk", "--seconds", "0.3", "--rate", "50",
+                             "--dir", str(tmp_path), "--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["directory"] == str(tmp_path) and doc["samples"] >= 5
+    assert 0 < doc["p50_ms"] <= doc["p99_ms"] <= doc["max_ms"]
+    r = runner.invoke(main, ["bench", "disk", "--seconds", "0", "--dir", str(tmp_path)])
+    assert r.exit_code == 2 and "--seconds" in r.output
+
+
+def test_the_summary_shows_each_half_load_round_beside_its_disk() -> None:
+    lat = {"submissions_per_s": 800.0, "p50_ms": 20.0, "p95_ms": 30.0, "p99_ms": 40.0,
+           "errors": 0, "rounds": 2}
+    stalled = {"max_ms": 420.0, "stalls": 3, "stalled_s": 0.71, "threshold_ms": 50.0}
+    calm = {"max_ms": 3.0, "stalls": 0, "stalled_s": 0.0, "threshold_ms": 50.0}
+    text = submit_summary({
+        "saturation": {**lat, "concurrency": 32},
+        "half_saturation": {**lat, "target_per_s": 400.0, "p99_ms_per_round": [180.2, 31.0],
+                            "disk_per_round": [stalled, calm]},
+        "cpu_ms_per_submission": {"api": 0.6}, "acknowledged": 1,
+        "acknowledged_and_committed": 1, "rss_mib": {"api": 60.0}, "pss_mib": {"api": 50.0},
+    })
+    assert "round 1: p99 180.2 ms; disk fdatasync max 420 ms, 3 over 50 ms (0.71 s)" in text
+    assert "round 2: p99 31.0 ms; disk fdatasync max 3 ms, 0 over 50 ms (0.00 s)" in text
