@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gameday.bench_disk import DiskWatch
+from gameday.bench_disk import DiskFigures, DiskWatch
 from gameday.bench_idle import spent, ticks_of
 from gameday.bench_runtime import percentile
 from infra.local import procs
@@ -143,11 +143,14 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
     say(f"warm-up: {warm.ok} submissions")
     sat: list[LoadResult] = []
     cpu: list[dict[str, float]] = []
+    sat_disk = []
     for i in range(rounds):
         before = _group_ticks(processes())
         c0 = os.times()
-        r = asyncio.run(submit_load([url], token, seconds=seconds, concurrency=concurrency))
+        with DiskWatch(pg.root) as watch:  # type: ignore[attr-defined]
+            r = asyncio.run(submit_load([url], token, seconds=seconds, concurrency=concurrency))
         c1 = os.times()
+        sat_disk.append(watch.figures())
         after = _group_ticks(processes())
         per = {name: cpu_ms_per(spent(before[name], after[name]), hz, r.ok) for name in after}
         per["client"] = ((c1.user + c1.system) - (c0.user + c0.system)) * 1000 / max(r.ok, 1)
@@ -156,7 +159,8 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
         pending.append(r)
         check_and_empty()
         say(f"  saturation round {i + 1}: {r.rate:.0f}/s, p99 {r.pct(99):.1f} ms, CPU ms per "
-            "submission " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
+            "submission " + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
+            + f"; {sat_disk[-1].line()}")
     rate = statistics.median(r.rate for r in sat)
     half = []
     disk = []
@@ -174,10 +178,8 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
             f"p99 {r.pct(99):.1f} ms; {disk[-1].line()}")
     pids = processes()
     return {
-        "saturation": _latency_figures(sat, concurrency=concurrency),
-        "half_saturation": {**_latency_figures(half), "target_per_s": rate / 2,
-                            "p99_ms_per_round": [round(r.pct(99), 1) for r in half],
-                            "disk_per_round": [asdict(d) for d in disk]},
+        "saturation": _latency_figures(sat, sat_disk, concurrency=concurrency),
+        "half_saturation": {**_latency_figures(half, disk), "target_per_s": rate / 2},
         "cpu_ms_per_submission": {k: statistics.median(c[k] for c in cpu) for k in cpu[0]},
         "acknowledged": committed[0],
         "acknowledged_and_committed": committed[1],
@@ -196,8 +198,11 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def _latency_figures(runs: list[LoadResult], **extra: object) -> dict[str, object]:
+def _latency_figures(runs: list[LoadResult], disk: list[DiskFigures],
+                     **extra: object) -> dict[str, object]:
     return {"submissions_per_s": statistics.median(r.rate for r in runs),
+            "per_round": [{"submissions_per_s": round(r.rate, 1), "p99_ms": round(r.pct(99), 1),
+                           "disk": asdict(d)} for r, d in zip(runs, disk, strict=True)],
             "p50_ms": statistics.median(r.pct(50) for r in runs),
             "p95_ms": statistics.median(r.pct(95) for r in runs),
             "p99_ms": statistics.median(r.pct(99) for r in runs),
@@ -211,10 +216,11 @@ def submit_summary(sub: dict[str, Any]) -> str:
         (f"saturation ({sat['rounds']} x closed loop, {sat['concurrency']} clients): "
          f"{sat['submissions_per_s']:.0f} durable submissions/s, p50 {sat['p50_ms']:.1f} ms "
          f"p95 {sat['p95_ms']:.1f} ms p99 {sat['p99_ms']:.1f} ms, errors {sat['errors']}"),
+        *_round_lines(sat),
         (f"half of it (open loop at {half['target_per_s']:.0f}/s): achieved "
          f"{half['submissions_per_s']:.0f}/s, p50 {half['p50_ms']:.1f} ms p95 "
          f"{half['p95_ms']:.1f} ms p99 {half['p99_ms']:.1f} ms, errors {half['errors']}"),
-        *_disk_lines(half),
+        *_round_lines(half),
         "CPU ms per submission (median at saturation): "
         + ", ".join(f"{k} {v:.2f}" for k, v in sub["cpu_ms_per_submission"].items()),
         (f"every 201 committed: {sub['acknowledged_and_committed']} of {sub['acknowledged']} "
@@ -225,9 +231,9 @@ def submit_summary(sub: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _disk_lines(half: dict[str, Any]) -> list[str]:
-    """Each half-load round's p99 beside the disk stalls timed during it."""
-    rounds = zip(half.get("p99_ms_per_round", []), half.get("disk_per_round", []), strict=True)
-    return [f"  round {i}: p99 {p99:.1f} ms; disk fdatasync max {d['max_ms']:.0f} ms, "
-            f"{d['stalls']} over {d['threshold_ms']:g} ms ({d['stalled_s']:.2f} s)"
-            for i, (p99, d) in enumerate(rounds, 1)]
+def _round_lines(figures: dict[str, Any]) -> list[str]:
+    """Each round's rate and p99 beside the disk stalls timed during it."""
+    return [f"  round {i}: {r['submissions_per_s']:.0f}/s, p99 {r['p99_ms']:.1f} ms; disk "
+            f"fdatasync max {r['disk']['max_ms']:.0f} ms, {r['disk']['stalls']} over "
+            f"{r['disk']['threshold_ms']:g} ms ({r['disk']['stalled_s']:.2f} s)"
+            for i, r in enumerate(figures.get("per_round", []), 1)]

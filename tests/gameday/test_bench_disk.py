@@ -63,17 +63,25 @@ def test_bench_disk_prints_json_and_refuses_bad_input(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--seconds" in r.output
 
 
-def test_the_summary_shows_each_half_load_round_beside_its_disk() -> None:
+def test_the_summary_shows_each_round_beside_its_disk() -> None:
     lat = {"submissions_per_s": 800.0, "p50_ms": 20.0, "p95_ms": 30.0, "p99_ms": 40.0,
            "errors": 0, "rounds": 2}
     stalled = {"max_ms": 420.0, "stalls": 3, "stalled_s": 0.71, "threshold_ms": 50.0}
     calm = {"max_ms": 3.0, "stalls": 0, "stalled_s": 0.0, "threshold_ms": 50.0}
     text = submit_summary({
-        "saturation": {**lat, "concurrency": 32},
-        "half_saturation": {**lat, "target_per_s": 400.0, "p99_ms_per_round": [180.2, 31.0],
-                            "disk_per_round": [stalled, calm]},
+        "saturation": {**lat, "concurrency": 32, "per_round": [
+            {"submissions_per_s": 512.0, "p99_ms": 390.0, "disk": stalled}]},
+        "half_saturation": {**lat, "target_per_s": 400.0, "per_round": [
+            {"submissions_per_s": 399.0, "p99_ms": 180.2, "disk": stalled},
+            {"submissions_per_s": 400.0, "p99_ms": 31.0, "disk": calm}]},
         "cpu_ms_per_submission": {"api": 0.6}, "acknowledged": 1,
         "acknowledged_and_committed": 1, "rss_mib": {"api": 60.0}, "pss_mib": {"api": 50.0},
     })
-    assert "round 1: p99 180.2 ms; disk fdatasync max 420 ms, 3 over 50 ms (0.71 s)" in text
-    assert "round 2: p99 31.0 ms; disk fdatasync max 3 ms, 0 over 50 ms (0.00 s)" in text
+    lines = text.splitlines()
+    sat_at = next(i for i, x in enumerate(lines) if x.startswith("saturation"))
+    half_at = next(i for i, x in enumerate(lines) if x.startswith("half of it"))
+    assert lines[sat_at + 1] == ("  round 1: 512/s, p99 390.0 ms; disk fdatasync max 420 ms, "
+                                 "3 over 50 ms (0.71 s)")
+    assert lines[half_at + 1:half_at + 3] == [
+        "  round 1: 399/s, p99 180.2 ms; disk fdatasync max 420 ms, 3 over 50 ms (0.71 s)",
+        "  round 2: 400/s, p99 31.0 ms; disk fdatasync max 3 ms, 0 over 50 ms (0.00 s)"]
