@@ -144,15 +144,22 @@ def worker_env(home: Path, api: str, worker: PrefectWorker, health_port: int,
         "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",
         # the flows' code is this checkout's (not whatever the venv's editable install names)
         "PYTHONPATH": str(REPO),
+        # Prefect's runner leaves its per-run temporary directories behind when a fault kills
+        # the worker: they stay in the environment's state and go with `env down --purge`
+        "TMPDIR": str(worker_tmp(home)),
     }
     if s3_endpoint:
         env["S3_ENDPOINT_URL"] = s3_endpoint
     return env
 
 
+def worker_tmp(home: Path) -> Path:
+    return home / "tmp"
+
+
 def worker_spec(home: Path, api: str, worker: PrefectWorker, health_port: int,
                 s3_endpoint: str | None, venv: Path | None = None) -> ComponentSpec:
-    home.mkdir(parents=True, exist_ok=True)
+    worker_tmp(home).mkdir(parents=True, exist_ok=True)
     return ComponentSpec(
         name=worker.name, kind="prefect-worker", group=Group.AGENT,
         argv=[str(prefect_bin(venv)), "worker", "start", "--pool", worker.work_pool, "--type",

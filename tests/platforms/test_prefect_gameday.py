@@ -55,6 +55,7 @@ def test_prefect_ci_game_day(home: Path, tmp_path: Path) -> None:
             pytest.fail(pf.missing())
         pytest.skip(pf.missing())
     runs, pipe_runs = tmp_path / "runs", tmp_path / "pipeline-runs"
+    litter = _prefect_litter()
     try:
         r = gameday("run", "--platform", "prefect", "--suite", "ci", "--runs-dir", str(runs),
                     "--keep-env", "--no-archive", home=home)
@@ -67,6 +68,9 @@ def test_prefect_ci_game_day(home: Path, tmp_path: Path) -> None:
     while procs.marked_processes(state) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert procs.marked_processes(state) == []
+    # Prefect's runner leaves per-run temporary directories when its worker is killed: they
+    # belong in the environment's state (purged), never in the system's temporary directory
+    assert _prefect_litter() - litter == set()
     out = r.stdout[-6000:] + r.stderr[-3000:]
     assert r.returncode in (0, 1, 2), out  # 3 = evidence unusable, 4 = refused
     (run_dir,) = list(runs.iterdir())
@@ -98,6 +102,11 @@ def test_prefect_ci_game_day(home: Path, tmp_path: Path) -> None:
     started = {(f["fault"], f["target"]) for f in faults if f["event"] == "fault_start"}
     assert ("kill", "prefect-server") in started
     _assert_pipeline_findings(p, pipe_runs)
+
+
+def _prefect_litter() -> set[Path]:
+    tmp = Path(tempfile.gettempdir())
+    return {*tmp.glob("prefect-workspace-attempt-*"), *tmp.glob("tmp*prefect")}
 
 
 def _assert_pipeline_findings(r: subprocess.CompletedProcess[str], runs: Path) -> None:
