@@ -69,6 +69,7 @@ class DiskWatch:
         self.interval = 1.0 / rate
         self.threshold_ms = threshold_ms
         self.latencies_ms: list[float] = []
+        self.cpu_seconds = 0.0  # the probe thread's own CPU: callers subtract it from theirs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fd = -1
@@ -119,6 +120,8 @@ class DiskWatch:
                 self._stop.wait(next_at - time.monotonic())
         except OSError as exc:
             self._error = exc
+        finally:
+            self.cpu_seconds = time.thread_time()
 
     def figures(self) -> DiskFigures:
         return disk_figures(list(self.latencies_ms), self.threshold_ms)

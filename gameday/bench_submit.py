@@ -153,7 +153,8 @@ def measure_submit(cp: object, pg: object, dsn: str, *, seconds: float, rounds: 
         sat_disk.append(watch.figures())
         after = _group_ticks(processes())
         per = {name: cpu_ms_per(spent(before[name], after[name]), hz, r.ok) for name in after}
-        per["client"] = ((c1.user + c1.system) - (c0.user + c0.system)) * 1000 / max(r.ok, 1)
+        client_s = (c1.user + c1.system) - (c0.user + c0.system) - watch.cpu_seconds
+        per["client"] = client_s * 1000 / max(r.ok, 1)
         sat.append(r)
         cpu.append(per)
         pending.append(r)

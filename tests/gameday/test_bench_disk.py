@@ -32,6 +32,7 @@ def test_the_watch_times_flushes_in_the_directory_and_leaves_nothing(tmp_path: P
     n = len(watch.latencies_ms)
     assert 10 <= n <= 30, n  # ~25 at 50/s over 0.5 s: paced, not a busy loop
     assert all(x > 0 for x in watch.latencies_ms)
+    assert 0 < watch.cpu_seconds < 0.5  # the thread's own CPU, for the client's figure
     time.sleep(0.1)
     assert len(watch.latencies_ms) == n  # the thread stopped with the block
 
