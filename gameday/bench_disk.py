@@ -14,9 +14,10 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -38,8 +39,13 @@ class DiskFigures:
     threshold_ms: float
 
     def line(self) -> str:
-        return (f"disk fdatasync p50 {self.p50_ms:.2f} ms, max {self.max_ms:.0f} ms, "
-                f"{self.stalls} over {self.threshold_ms:g} ms ({self.stalled_s:.2f} s)")
+        return f"disk fdatasync p50 {self.p50_ms:.2f} ms, {stalls_text(asdict(self))}"
+
+
+def stalls_text(figures: Mapping[str, Any]) -> str:
+    """The stall part of a disk line, from `DiskFigures` as a dict (as the JSON keeps it)."""
+    return (f"max {figures['max_ms']:.0f} ms, {figures['stalls']} over "
+            f"{figures['threshold_ms']:g} ms ({figures['stalled_s']:.2f} s)")
 
 
 def disk_figures(latencies_ms: Sequence[float], threshold_ms: float = STALL_MS) -> DiskFigures:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gameday.bench_disk import DiskFigures, DiskWatch
+from gameday.bench_disk import DiskFigures, DiskWatch, stalls_text
 from gameday.bench_idle import spent, ticks_of
 from gameday.bench_runtime import percentile
 from infra.local import procs
@@ -235,6 +235,5 @@ def submit_summary(sub: dict[str, Any]) -> str:
 def _round_lines(figures: dict[str, Any]) -> list[str]:
     """Each round's rate and p99 beside the disk stalls timed during it."""
     return [f"  round {i}: {r['submissions_per_s']:.0f}/s, p99 {r['p99_ms']:.1f} ms; disk "
-            f"fdatasync max {r['disk']['max_ms']:.0f} ms, {r['disk']['stalls']} over "
-            f"{r['disk']['threshold_ms']:g} ms ({r['disk']['stalled_s']:.2f} s)"
+            f"fdatasync {stalls_text(r['disk'])}"
             for i, r in enumerate(figures.get("per_round", []), 1)]
