@@ -86,3 +86,17 @@ def test_the_summary_shows_each_round_beside_its_disk() -> None:
     assert lines[half_at + 1:half_at + 3] == [
         "  round 1: 399/s, p99 180.2 ms; disk fdatasync max 420 ms, 3 over 50 ms (0.71 s)",
         "  round 2: 400/s, p99 31.0 ms; disk fdatasync max 3 ms, 0 over 50 ms (0.00 s)"]
+
+
+def test_each_round_keeps_its_own_disk_figures() -> None:
+    from gameday.bench_submit import LoadResult, _latency_figures
+
+    def run(ok: int, worst_s: float) -> LoadResult:
+        return LoadResult(ok=ok, latencies=[0.001] * (ok - 1) + [worst_s], seconds=1.0)
+
+    calm, stalled = disk_figures([0.3, 0.4]), disk_figures([0.3, 420.0])
+    figures = _latency_figures([run(100, 0.001), run(200, 0.5)], [calm, stalled])
+    assert [(r["submissions_per_s"], r["p99_ms"], r["disk"]["max_ms"])
+            for r in figures["per_round"]] == [(100.0, 1.0, 0.4), (200.0, 1.0, 420.0)]
+    with pytest.raises(ValueError):  # a round without its disk figures is an error, not a gap
+        _latency_figures([run(100, 0.001)], [])
