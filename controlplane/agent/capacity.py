@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -27,6 +28,11 @@ class Capacity:
         self.accelerator_count = accelerator_count if accelerator_type else 0
         self._held: dict[str, Demand] = {}
         self._lock = threading.Lock()
+        self._on_release: list[Callable[[], None]] = []
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (outside the lock) whenever a reservation is released."""
+        self._on_release.append(callback)
 
     def _used(self) -> tuple[int, int]:
         return (sum(d.cpu for d in self._held.values()),
@@ -68,7 +74,10 @@ class Capacity:
 
     def release(self, attempt_id: str) -> None:
         with self._lock:
-            self._held.pop(attempt_id, None)
+            released = self._held.pop(attempt_id, None) is not None
+        if released:
+            for callback in self._on_release:
+                callback()
 
     def held(self) -> dict[str, Demand]:
         with self._lock:

@@ -8,6 +8,7 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -155,14 +156,14 @@ def agent_cmd(api_url: str, token: str | None, token_file: Path | None, name: st
         metrics=metrics,
         settings=LoopSettings(poll_seconds=poll_seconds),
     )
-    _stop_on_signals(agent.stop_event)
+    _stop_on_signals(agent.stop)
     agent.run()
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
+def _stop_on_signals(stop: Callable[[], None]) -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         logging.getLogger(__name__).info("signal %d: draining", signum)
-        stop.set()
+        stop()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

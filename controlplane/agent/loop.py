@@ -60,6 +60,10 @@ class Agent:
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     settings: LoopSettings = field(default_factory=LoopSettings)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    # Set when a slot is freed or a stop is asked: the main loop's sleep ends at once. A full
+    # agent claimed again only at its next poll before (up to poll_seconds after the slot
+    # freed, while the control plane had already routed work to it).
+    wake: threading.Event = field(default_factory=threading.Event)
     runners: dict[str, AttemptRunner] = field(default_factory=dict)
     registration: Registration | None = None
     flusher: SpoolFlusher | None = None
@@ -67,6 +71,12 @@ class Agent:
 
     def __post_init__(self) -> None:
         self.courier = Courier(self.api, self.spool, self.metrics)
+        self.capacity.on_release(self.wake.set)
+
+    def stop(self) -> None:
+        """Ask the agent to drain and exit (signal handlers call this)."""
+        self.stop_event.set()
+        self.wake.set()
 
     def capabilities(self) -> dict[str, object]:
         return {
@@ -110,6 +120,7 @@ class Agent:
         next_claim = 0.0
         wait = cadence.claim_wait(reg.heartbeat_seconds, self.settings.long_poll_seconds)
         while not self.stop_event.is_set():
+            self.wake.clear()  # before the capacity check: a slot freed after it wakes us
             now = time.monotonic()
             self._reap()
             if now >= next_claim:
@@ -124,8 +135,9 @@ class Agent:
             self._publish_capacity()
             # Nothing to do before the next claim or heartbeat; a full agent re-checks its
             # capacity every poll_seconds (no network), as it claimed no sooner before.
-            self.stop_event.wait(cadence.sleep_seconds(
-                time.monotonic(), [next_claim, next_heartbeat], self.settings.poll_seconds))
+            if self.wake.wait(cadence.sleep_seconds(
+                    time.monotonic(), [next_claim, next_heartbeat], self.settings.poll_seconds)):
+                next_claim = min(next_claim, time.monotonic())  # a slot freed: claim now
         self._shutdown()
 
     def _call(self, name: str, fn: Callable[[], object]) -> object | None:

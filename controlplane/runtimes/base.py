@@ -105,6 +105,9 @@ class RunHandle(Protocol):
     def pending_reason(self) -> str | None:
         """Why the workload is not running yet (e.g. unschedulable), or None."""
 
+    def wait(self, timeout: float) -> None:
+        """Return once the workload has ended, or after ``timeout`` seconds at the latest."""
+
     def stop(self, grace_seconds: float = 2.0) -> None:
         """Stop the workload (terminate, then kill after the grace period); idempotent."""
 

@@ -331,6 +331,7 @@ class KubernetesRunHandle:
         self._events: queue.SimpleQueue[WorkloadEvent] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._verdict: PodVerdict = PodVerdict(PodPhase.PENDING, "job created")
+        self._ended = threading.Event()  # the pod succeeded or failed: wait() returns
         self._log_thread: threading.Thread | None = None
         self._watch_thread = threading.Thread(target=self._watch, args=(pods,), daemon=True,
                                               name=f"k8s-watch-{spec.attempt_id[:8]}")
@@ -360,6 +361,8 @@ class KubernetesRunHandle:
     def _set(self, verdict: PodVerdict) -> None:
         with self._lock:
             self._verdict = verdict
+        if verdict.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+            self._ended.set()
 
     def drain_events(self) -> list[WorkloadEvent]:
         out: list[WorkloadEvent] = []
@@ -383,6 +386,9 @@ class KubernetesRunHandle:
     def pending_reason(self) -> str | None:
         with self._lock:
             return self._verdict.reason if self._verdict.phase is PodPhase.PENDING else None
+
+    def wait(self, timeout: float) -> None:
+        self._ended.wait(timeout)
 
     def stop(self, grace_seconds: float = 2.0) -> None:
         self._delete_job()

@@ -19,6 +19,7 @@ agent's per-attempt runner does).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -98,6 +99,12 @@ class LocalRunHandle:
 
     def pending_reason(self) -> str | None:
         return None
+
+    def wait(self, timeout: float) -> None:
+        # ForkedProcess waits on an event set by the zygote's exit message; Popen polls
+        # waitpid with short sleeps. Either way the runner learns of the exit at once.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=timeout)
 
     def stop(self, grace_seconds: float = 2.0) -> None:
         if self.process.poll() is not None:
