@@ -29,6 +29,11 @@ from controlplane.store.operations import NOTIFY_CHANNEL
 log = logging.getLogger("controlplane.reconciler")
 
 
+# Notifications that only mean "route now": new work, or a slot freed by an attempt that
+# ended (store/agents.py). Any other one says the fleet changed, so blocked work is re-checked.
+WAKE_ONLY = frozenset({"submitted", "freed"})
+
+
 @dataclass(frozen=True)
 class ReconcilerSettings:
     dsn: str
@@ -191,7 +196,7 @@ class Reconciler:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self._listening = True
                     async for n in conn.notifies():
-                        if n.payload != "submitted":
+                        if n.payload not in WAKE_ONLY:
                             self._fleet = None  # agents/breakers/pins changed: re-route blocked
                         self._wake.set()
             except (psycopg.Error, OSError):

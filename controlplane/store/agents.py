@@ -272,6 +272,7 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
                                    result=rep.get("result") or {})
             if row is None:
                 raise Conflict(f"operation {op_id} cannot succeed from {a['op_state']}")
+            await wake_routing_if_queued(conn)
             return {"operation_state": "succeeded", "attempt_state": "succeeded",
                     "pool": a["pool"]}
         # failed
@@ -282,9 +283,18 @@ async def report(conn: AsyncConnection, attempt_id: str, rep: dict[str, Any], ac
         if error["kind"] == ErrorKind.TRANSIENT:
             await note_agent_failure(conn, a["agent_id"], op_id, a["agent_name"], actor)
         op_state = await fail_or_retry(conn, op_id, a, error, actor=actor, retry_base=retry_base)
+        await wake_routing_if_queued(conn)
         return {"operation_state": op_state, "attempt_state": "failed", "pool": a["pool"],
                 "reason": error_reason(error["message"]),
                 "before_running": a["state"] == "dispatched"}
+
+
+async def wake_routing_if_queued(conn: AsyncConnection) -> None:
+    """An attempt that ended freed a slot of its agent: when work is queued (it may be waiting
+    for that slot), wake the reconciler's routing pass at commit. Without it the slot stayed
+    idle until the reconciler's next tick, and a saturated pool lost that much of every slot."""
+    await conn.execute("SELECT pg_notify(%s, 'freed') WHERE EXISTS "
+                       "(SELECT 1 FROM operations WHERE state = 'queued')", (NOTIFY_CHANNEL,))
 
 
 def _report_error(rep: dict[str, Any]) -> dict[str, Any]:

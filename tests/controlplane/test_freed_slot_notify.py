@@ -1,0 +1,48 @@
+"""An attempt that ends frees a slot: its report wakes the reconciler's routing pass (a
+``freed`` NOTIFY on the work channel) when work is queued, so the queued work is routed at
+once instead of at the reconciler's next tick. With nothing queued, nothing is sent: a
+reconciler pass per finished attempt would cost CPU for nothing."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from controlplane.store.operations import NOTIFY_CHANNEL
+from infra.local.launch import ControlPlane
+
+from .helpers import Api, claim_one, spec, wait_state
+
+# timing-sensitive (a 3 s lease and agent timeout between routing and claim): run alone by
+# make test
+pytestmark = pytest.mark.serial
+
+
+def _freed(conn: psycopg.Connection, seconds: float) -> bool:
+    """Whether a ``freed`` notification arrives within ``seconds`` (returns at the first)."""
+    return any(n.payload == "freed" for n in conn.notifies(timeout=seconds))
+
+
+def test_a_terminal_report_wakes_routing_only_while_work_is_queued(cp_stack: ControlPlane) -> None:
+    user = Api(cp_stack.api_url, cp_stack.user_token)
+    agent = Api(cp_stack.api_url, cp_stack.agent_token)
+    agent_id = agent.register("one-slot", cpu_slots=1)
+    first = user.submit(spec("first")).json()["id"]
+    claim = claim_one(agent, agent_id)
+    assert claim["operation_id"] == first
+    second = user.submit(spec("second")).json()["id"]
+    wait_state(user, second, "queued")  # the only slot is taken
+    with psycopg.connect(cp_stack.dsn, autocommit=True) as listen:
+        listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        assert agent.report(claim, "running").status_code == 200
+        assert not _freed(listen, 0.5)  # nothing ended
+        # the stack's agent timeout is 3 s: the agent must look alive to be routed to
+        agent.c.post(f"/v1/agents/{agent_id}/heartbeat").raise_for_status()
+        assert agent.report(claim, "succeeded", result={"ok": True}).status_code == 200
+        assert _freed(listen, 2.0)
+        wait_state(user, second, "dispatched")
+        claim = claim_one(agent, agent_id)
+        assert claim["operation_id"] == second
+        assert agent.report(claim, "failed", error={"kind": "deterministic",
+                                                    "message": "x"}).status_code == 200
+        assert not _freed(listen, 1.0)  # nothing queued: no routing pass asked
