@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,22 @@ def test_stubbed_watch_pod_deleted_underneath_is_a_failure() -> None:
                                 watch_pods=watch, stream_logs=lambda ns, pod: iter(()))
     result = _wait_result(runtime.start(spec()))
     assert result.outcome is Outcome.FAILED and "deleted" in result.reason
+
+
+def test_wait_returns_at_the_pods_final_phase_and_after_its_timeout_before() -> None:
+    gate = threading.Event()
+
+    def watch(namespace: str, selector: str) -> Any:
+        yield {"type": "ADDED", "object": pod_from_json(RECORDED["running"])}
+        gate.wait(30)
+        yield {"type": "MODIFIED", "object": pod_from_json(RECORDED["succeeded"])}
+
+    runtime = KubernetesRuntime(StubBatchApi(), core=None, options=pool_options("cpu"),
+                                watch_pods=watch, stream_logs=lambda ns, pod: iter(()))
+    handle = runtime.start(spec())
+    handle.wait(0.05)  # still running: the timeout ends the wait
+    assert handle.result() is None
+    gate.set()
+    t0 = time.monotonic()
+    handle.wait(60)  # the runner's tick: the final phase ends it, not the 60 s
+    assert time.monotonic() - t0 < 30 and handle.result() is not None
