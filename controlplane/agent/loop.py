@@ -60,9 +60,9 @@ class Agent:
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     settings: LoopSettings = field(default_factory=LoopSettings)
     stop_event: threading.Event = field(default_factory=threading.Event)
-    # Set when a slot is freed or a stop is asked: the main loop's sleep ends at once. A full
-    # agent claimed again only at its next poll before (up to poll_seconds after the slot
-    # freed, while the control plane had already routed work to it).
+    # Set when a slot is freed or a stop is asked: the main loop's sleep ends at once, so a
+    # full agent claims as soon as a slot frees, not up to poll_seconds later while the
+    # control plane has already routed work to it.
     wake: threading.Event = field(default_factory=threading.Event)
     runners: dict[str, AttemptRunner] = field(default_factory=dict)
     registration: Registration | None = None
@@ -133,8 +133,8 @@ class Agent:
                 next_heartbeat = now + reg.heartbeat_seconds
                 self._call("heartbeat", lambda: self.api.heartbeat(reg.agent_id))
             self._publish_capacity()
-            # Nothing to do before the next claim or heartbeat; a full agent re-checks its
-            # capacity every poll_seconds (no network), as it claimed no sooner before.
+            # Nothing to do before the next claim or heartbeat. A full agent sleeps until a slot
+            # frees (wake) and claims then; at most poll_seconds without one (no network).
             if self.wake.wait(cadence.sleep_seconds(
                     time.monotonic(), [next_claim, next_heartbeat], self.settings.poll_seconds)):
                 next_claim = min(next_claim, time.monotonic())  # a slot freed: claim now
