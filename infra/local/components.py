@@ -45,6 +45,9 @@ class HealthCheck:
     url: str
     method: str = "GET"
     expect: tuple[int, ...] = (200,)
+    # set where any HTTP server would answer the URL with 200 (a metrics endpoint on a port
+    # someone else bound answers every path): the answer must also contain this
+    body_contains: str = ""
 
 
 @dataclass
@@ -511,7 +514,8 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
                 argv=gameday_argv("controlplane", "api", "--host", "127.0.0.1", "--port", str(port),
                                   "--lease-seconds", str(LEASE_SECONDS),
                                   "--token-cache-seconds", str(TOKEN_CACHE_SECONDS)),
-                health=HealthCheck(f"http://127.0.0.1:{port}/readyz"),
+                health=HealthCheck(f"http://127.0.0.1:{port}/readyz",
+                                   body_contains='{"status":"ready"}'),
                 ports={"http": port, "db_route": ports[f"proxy_db_api{i}"]}, env=api_env,
             ))
         specs.append(ComponentSpec(
@@ -521,7 +525,8 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
                               "--lease-seconds", str(LEASE_SECONDS),
                               "--agent-timeout", str(LEASE_SECONDS),
                               "--progress-stale-seconds", str(3 * LEASE_SECONDS)),
-            health=HealthCheck(f"http://127.0.0.1:{ports['reconciler_metrics']}/metrics"),
+            health=HealthCheck(f"http://127.0.0.1:{ports['reconciler_metrics']}/metrics",
+                               body_contains="controlplane_reconciler_passes_total"),
             ports={"metrics": ports["reconciler_metrics"]},
             env={**cp_env, CLOCK_ENV: str(clock_offset_file(state, "reconciler"))},
         ))
@@ -564,7 +569,8 @@ def agent_component(state: Path, agent: AgentSpec, ports: dict[str, int], secret
         argv += ["--dataset", dataset]
     return ComponentSpec(
         name=agent.name, kind="agent", group=Group.AGENT, argv=argv,
-        health=HealthCheck(f"http://127.0.0.1:{metrics}/metrics"),
+        health=HealthCheck(f"http://127.0.0.1:{metrics}/metrics",
+                           body_contains="controlplane_agent_slots"),
         ports={"metrics": metrics, "api_route": ports[f"proxy_agent_{agent.name}"]},
         env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1",

@@ -53,6 +53,7 @@ from infra.local.errors import (
     EnvError,
     NotRunning,
 )
+from infra.local.ports import allocate_ports
 from infra.local.state import EnvState
 from infra.local.supervisor import SupervisorClient, SupervisorError
 from infra.local.topology import (
@@ -65,7 +66,6 @@ from infra.local.topology import (
     IMAGE_TAG,
     AgentSpec,
     Secrets,
-    allocate_ports,
     port_names,
     zone_map,
 )
@@ -277,6 +277,9 @@ class LocalEnvironment:
             return False, f"{spec.health.method} {spec.health.url}: {type(exc).__name__}"
         if response.status_code not in spec.health.expect:
             return False, f"{spec.health.method} {spec.health.url} -> HTTP {response.status_code}"
+        if spec.health.body_contains and spec.health.body_contains not in response.text:
+            return False, (f"{spec.health.method} {spec.health.url} answered without "
+                           f"{spec.health.body_contains!r}: another server on the port?")
         if spec.kind == "patroni":
             try:
                 data = response.json()
@@ -394,7 +397,7 @@ class LocalEnvironment:
         self.agents = agents
         # the platform's own components join the shared ones
         ports = allocate_ports(port_names(self.topology) + hooks.port_names(),
-                               previous.get("ports"))
+                               previous.get("ports"), owner=str(self.state_dir))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
         # kept across up/down so a stopped environment restarts on its own data

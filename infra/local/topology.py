@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import socket
 from dataclasses import asdict, dataclass, field
 
 BUCKET = "ml-artifacts"
@@ -105,42 +104,3 @@ def port_names(agents: tuple[AgentSpec, ...]) -> list[str]:
     for agent in agents:
         names += [f"proxy_agent_{agent.name}", f"agent_metrics_{agent.name}"]
     return names
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def allocate_ports(names: list[str], previous: dict[str, int] | None = None) -> dict[str, int]:
-    """Keep a port from the previous run when it is still free, else take a fresh free one.
-
-    Keeping ports stable across `down`/`up` matters for etcd (its data directory remembers its
-    peer URL) and for scripts holding an old `env.json`.
-    """
-    previous = previous or {}
-    chosen: dict[str, int] = {}
-    holders: list[socket.socket] = []
-    try:
-        for name in names:
-            port = previous.get(name)
-            if port and port not in chosen.values() and port_free(port):
-                chosen[name] = port
-                continue
-            while True:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.bind(("127.0.0.1", 0))
-                holders.append(sock)  # held open so the kernel does not hand it out twice
-                port = sock.getsockname()[1]
-                if port not in chosen.values() and port not in previous.values():
-                    chosen[name] = port
-                    break
-    finally:
-        for sock in holders:
-            sock.close()
-    return chosen

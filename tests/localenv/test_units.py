@@ -19,7 +19,6 @@ import pytest
 
 from infra.local import procs
 from infra.local.supervisor import SupervisorClient
-from infra.local.topology import allocate_ports
 from infra.timeline import Timeline
 
 
@@ -202,17 +201,6 @@ def test_timeline_lines_follow_the_contract(tmp_path: Path) -> None:
     for line in lines:
         assert set(line) == {"time", "event", "fault", "target", "details"}
         assert line["time"].endswith("Z") and "T" in line["time"]
-
-
-def test_ports_are_kept_when_free_and_replaced_when_taken() -> None:
-    first = allocate_ports(["a", "b", "c"])
-    assert len(set(first.values())) == 3
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", first["b"]))
-        busy.listen()
-        second = allocate_ports(["a", "b", "c"], first)
-    assert second["a"] == first["a"] and second["c"] == first["c"]
-    assert second["b"] != first["b"]
 
 
 def test_run_as_postgres_only_when_root() -> None:
