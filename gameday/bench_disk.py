@@ -28,6 +28,11 @@ FILE_BYTES = 1 << 20  # written in full first, so a sample never allocates block
 STALL_MS = 50.0  # the half-load p99 target of the submit path
 
 
+class DiskProbeFailed(click.ClickException):
+    """The probe could not write or flush: a clear error (exit 1), never a traceback nor a
+    round shown without the disk figures it claims to have next to it."""
+
+
 @dataclass(frozen=True)
 class DiskFigures:
     samples: int
@@ -83,11 +88,17 @@ class DiskWatch:
         self._error: BaseException | None = None
 
     def __enter__(self) -> DiskWatch:
-        fd, name = tempfile.mkstemp(prefix=".gameday-disk-", dir=self.directory)
+        try:
+            fd, name = tempfile.mkstemp(prefix=".gameday-disk-", dir=self.directory)
+        except OSError as exc:
+            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {exc}") from exc
         self._fd, self._path = fd, Path(name)
         try:
             os.write(fd, b"\0" * FILE_BYTES)
             os.fsync(fd)
+        except OSError as exc:
+            self._close()
+            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {exc}") from exc
         except BaseException:
             self._close()
             raise
@@ -101,7 +112,7 @@ class DiskWatch:
             self._thread.join()
         self._close()
         if self._error is not None and exc[0] is None:
-            raise RuntimeError(f"disk probe in {self.directory} failed: {self._error}")
+            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {self._error}")
 
     def _close(self) -> None:
         if self._fd >= 0:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gameday.bench_disk import DiskWatch, disk_figures
+from gameday.bench_disk import DiskProbeFailed, DiskWatch, disk_figures
 from gameday.bench_submit import submit_summary
 
 
@@ -43,9 +43,28 @@ def test_a_failing_disk_is_an_error_not_a_quiet_zero(tmp_path: Path,
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fdatasync", broken)
-    with (pytest.raises(RuntimeError, match="disk probe .* failed: .*Input/output error"),
+    with (pytest.raises(DiskProbeFailed, match="disk probe .* failed: .*Input/output error"),
           DiskWatch(tmp_path, rate=50)):
         time.sleep(0.1)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fails", ["fsync", "fdatasync"])
+def test_a_failing_disk_ends_the_command_with_a_message_not_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str) -> None:
+    """While the probe starts (fsync of its file) or while it samples (fdatasync)."""
+    from gameday.cli import main
+
+    def broken(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, fails, broken)
+    r = CliRunner().invoke(main, ["bench", "disk", "--seconds", "0.2", "--rate", "50",
+                                  "--dir", str(tmp_path)])
+    assert r.exit_code == 1, r.output
+    assert isinstance(r.exception, SystemExit)  # click's error exit, not an exception escaping
+    assert f"Error: disk probe in {tmp_path} failed: [Errno 28] No space left on device" in r.output
+    assert "Traceback" not in r.output and "{" not in r.output  # no figures printed
     assert list(tmp_path.iterdir()) == []
 
 
