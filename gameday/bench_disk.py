@@ -90,17 +90,13 @@ class DiskWatch:
     def __enter__(self) -> DiskWatch:
         try:
             fd, name = tempfile.mkstemp(prefix=".gameday-disk-", dir=self.directory)
-        except OSError as exc:
-            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {exc}") from exc
-        self._fd, self._path = fd, Path(name)
-        try:
+            self._fd, self._path = fd, Path(name)
             os.write(fd, b"\0" * FILE_BYTES)
             os.fsync(fd)
-        except OSError as exc:
+        except BaseException as exc:
             self._close()
-            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {exc}") from exc
-        except BaseException:
-            self._close()
+            if isinstance(exc, OSError):
+                raise self._failed(exc) from exc
             raise
         self._thread = threading.Thread(target=self._sample, name="disk-watch", daemon=True)
         self._thread.start()
@@ -112,7 +108,10 @@ class DiskWatch:
             self._thread.join()
         self._close()
         if self._error is not None and exc[0] is None:
-            raise DiskProbeFailed(f"disk probe in {self.directory} failed: {self._error}")
+            raise self._failed(self._error)
+
+    def _failed(self, error: BaseException) -> DiskProbeFailed:
+        return DiskProbeFailed(f"disk probe in {self.directory} failed: {error}")
 
     def _close(self) -> None:
         if self._fd >= 0:

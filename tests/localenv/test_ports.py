@@ -85,8 +85,8 @@ def test_ports_are_kept_when_free_and_replaced_when_taken(tmp_path: Path) -> Non
 
 def test_a_metrics_server_on_the_apis_port_is_not_taken_for_the_api(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """prometheus_client answers every path with 200: once such a server held an API
-    replica's port, the replica's /readyz read as healthy and agents got HTTP 405."""
+    """prometheus_client answers every path with 200: a CI run once saw agents get HTTP 405 in
+    its words, most likely from such a server on an API replica's port read as healthy."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from infra.local.components import build_components
