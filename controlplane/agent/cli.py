@@ -64,7 +64,10 @@ def _runtime(name: str, pool: str, namespace: str, service_account: str) -> Runt
 @click.option("--dataset", "datasets", multiple=True, help="Dataset available here (repeatable).")
 @click.option("--registry", "registries", multiple=True,
               help="Registry HOST:PORT this agent may pull from (repeatable; none = any).")
-@click.option("--runtime", type=click.Choice(["local", "kubernetes"]), default="local")
+@click.option("--runtime", type=click.Choice(["local", "kubernetes"]), default="local",
+              help="Where workloads run. local: a process group each, below the agent's CPU "
+                   "priority (niceness +10; $GAMEDAY_LOCAL_RUNTIME_NICE, 0-19), started by a "
+                   "warm parent ($GAMEDAY_LOCAL_RUNTIME_START=subprocess: a fresh interpreter).")
 @click.option("--s3-endpoint", default=None, envvar="S3_ENDPOINT_URL",
               help="S3 endpoint URL (unset: AWS S3).")
 @click.option("--bucket", default=storage.DEFAULT_BUCKET)
@@ -125,6 +128,10 @@ def agent_cmd(api_url: str, token: str | None, token_file: Path | None, name: st
     except OSError as exc:
         raise click.BadParameter(f"{spool_dir}: cannot use it as the spool: {exc}",
                                  param_hint="--spool-dir") from exc
+    try:  # first: a bad runtime setting ends the command before anything starts
+        agent_runtime = _runtime(runtime, pool, k8s_namespace, k8s_service_account)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -147,7 +154,7 @@ def agent_cmd(api_url: str, token: str | None, token_file: Path | None, name: st
     agent = Agent(
         identity=AgentIdentity(name, pool, zone, region, datasets, registries),
         api=AgentApi(api_url, credential, agent_name=name),
-        runtime=_runtime(runtime, pool, k8s_namespace, k8s_service_account),
+        runtime=agent_runtime,
         capacity=Capacity(cpu_slots, accelerator_type, accelerator_count),
         runner_settings=RunnerSettings(s3_endpoint=s3_endpoint, bucket=bucket, registries=registries,
                                        image_timeout=image_timeout),

@@ -111,8 +111,9 @@ class ForkServer:
         return None
 
     def spawn(self, argv: list[str], env: Mapping[str, str], title: list[str], out_fd: int,
-              timeout: float = 30.0) -> ForkedProcess:
-        """A child running the workload with ``argv``; its stdout/stderr go to ``out_fd``."""
+              timeout: float = 30.0, nice: int = 0) -> ForkedProcess:
+        """A child running the workload with ``argv``; its stdout/stderr go to ``out_fd``; its
+        niceness ``nice`` above the warm parent's."""
         if not self.alive:
             raise ForkServerError("warm parent is not running")
         assert self._sock is not None
@@ -121,7 +122,8 @@ class ForkServer:
             self._next_id += 1
             rid = self._next_id
             self._waiting[rid] = (event, box)
-        msg = {"op": "spawn", "id": rid, "argv": argv, "env": dict(env), "title": title}
+        msg = {"op": "spawn", "id": rid, "argv": argv, "env": dict(env), "title": title,
+               "nice": nice}
         try:
             with self._send_lock:
                 socket.send_fds(self._sock, [json.dumps(msg).encode()], [out_fd])

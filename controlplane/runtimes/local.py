@@ -9,8 +9,10 @@ Attempts start in one of two ways (docs/local-environment.md, "How attempts star
 * ``subprocess``: ``python -u -m controlplane.workload`` per attempt. Forced with
   ``GAMEDAY_LOCAL_RUNTIME_START=subprocess`` (or ``LocalRuntime(start_method=...)``).
 
-Either way each workload gets its own session (so a stop reaches any grandchildren) and dies
-with the agent: the workload sets PR_SET_PDEATHSIG on itself (``--parent-pid``) against its
+Either way each workload runs at a lower CPU priority than the agent (``nice`` 10 by default,
+``GAMEDAY_LOCAL_RUNTIME_NICE``), as Kubernetes reserves CPU for the kubelet: a busy workload
+cannot starve the agent that claims, starts, heartbeats and reports for it. Each workload gets
+its own session (so a stop reaches any grandchildren) and dies with the agent: the workload sets PR_SET_PDEATHSIG on itself (``--parent-pid``) against its
 parent. Linux delivers that signal when the *thread* that forked exits: the zygote forks from
 its only thread, and it exits when its socket to the agent closes (agent death); on the
 ``subprocess`` path the caller must start the workload from a thread that outlives it (the
@@ -42,6 +44,8 @@ EXIT_INVALID = 2
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 START_ENV = "GAMEDAY_LOCAL_RUNTIME_START"
 START_METHODS = ("forkserver", "subprocess")
+NICE_ENV = "GAMEDAY_LOCAL_RUNTIME_NICE"
+DEFAULT_NICE = 10
 RETRY_FORKSERVER_SECONDS = 60.0  # after a failed start of the warm parent: plain path meanwhile
 
 
@@ -124,17 +128,31 @@ class LocalRunHandle:
             pass
 
 
+def workload_nice(value: int | None = None) -> int:
+    """The niceness increment of workloads: ``value``, else $GAMEDAY_LOCAL_RUNTIME_NICE, else 10."""
+    raw: object = value if value is not None else os.environ.get(NICE_ENV, DEFAULT_NICE)
+    try:
+        nice = int(str(raw))
+    except ValueError:
+        nice = -1
+    if not 0 <= nice <= 19:
+        raise ValueError(f"{NICE_ENV}={raw!r}: expected a whole number from 0 (the agent's "
+                         "priority) to 19 (the lowest)")
+    return nice
+
+
 class LocalRuntime:
     name = "local"
 
     def __init__(self, python: str = sys.executable, extra_env: dict[str, str] | None = None,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, nice: int | None = None) -> None:
         self.python = python
         self.extra_env = extra_env or {}
         method = start_method or os.environ.get(START_ENV) or "forkserver"
         if method not in START_METHODS:
             raise ValueError(f"{START_ENV}={method!r}: expected one of {list(START_METHODS)}")
         self.start_method = method
+        self.nice = workload_nice(nice)
         self._server: ForkServer | None = None
         self._server_lock = threading.Lock()
         self._retry_forkserver_at = 0.0
@@ -205,7 +223,7 @@ class LocalRuntime:
         read_fd, write_fd = os.pipe()
         try:
             process = server.spawn(argv, env, [self.python, "-u", "-m", "controlplane.workload",
-                                               *argv], write_fd)
+                                               *argv], write_fd, nice=self.nice)
         except BaseException:
             os.close(read_fd)
             raise
@@ -220,6 +238,11 @@ class LocalRuntime:
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, bufsize=1, env=env, start_new_session=True,
         )
+        # Set from here, not by a preexec_fn (unsafe in the agent's threads): the interpreter
+        # is still starting, before the workload's code (or any child of it) runs.
+        with contextlib.suppress(ProcessLookupError):
+            os.setpriority(os.PRIO_PROCESS, process.pid, os.getpriority(os.PRIO_PROCESS, 0)
+                           + self.nice)
         return LocalRunHandle(process)
 
     def close(self) -> None:

@@ -106,6 +106,8 @@ def _child(msg: dict, out_fd: int, sync_w: int, keep_closed: list[int]) -> None:
     code = 1
     try:
         os.setsid()  # own session and group: stop() signals the group (pgid == pid)
+        if msg.get("nice"):
+            os.nice(int(msg["nice"]))  # before "spawned": no line of the workload runs ahead
         os.write(sync_w, b"1")  # the zygote answers "spawned" only after this
         os.close(sync_w)
         signal.set_wakeup_fd(-1)

@@ -202,3 +202,52 @@ def test_unknown_start_method_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("GAMEDAY_LOCAL_RUNTIME_START", "spawn")
     with pytest.raises(ValueError, match="GAMEDAY_LOCAL_RUNTIME_START='spawn'"):
         LocalRuntime()
+
+
+def test_workload_runs_below_the_agents_cpu_priority(runtime: LocalRuntime) -> None:
+    """Niceness 10 above the agent's, on both start paths, and the warm parent keeps the
+    agent's: a busy workload cannot starve the agent that claims, heartbeats and reports."""
+    agent = os.getpriority(os.PRIO_PROCESS, 0)
+    handle = runtime.start(spec(exit_code=0, seconds=30))
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, handle.pid) == min(agent + 10, 19)
+        if runtime._server is not None:
+            assert os.getpriority(os.PRIO_PROCESS, runtime._server.pid) == agent
+    finally:
+        handle.stop(grace_seconds=2)
+    wait_result(handle)
+
+
+def test_workload_niceness_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAMEDAY_LOCAL_RUNTIME_NICE", "0")
+    rt = LocalRuntime(start_method="forkserver")
+    try:
+        handle = rt.start(spec(exit_code=0, seconds=30))
+        assert os.getpriority(os.PRIO_PROCESS, handle.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        handle.stop(grace_seconds=2)
+        wait_result(handle)
+    finally:
+        rt.close()
+    assert LocalRuntime(nice=3).nice == 3  # the argument wins over the environment
+
+
+@pytest.mark.parametrize("value", ["-5", "20", "ten"])
+def test_bad_niceness_is_refused_naming_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                     value: str) -> None:
+    monkeypatch.setenv("GAMEDAY_LOCAL_RUNTIME_NICE", value)
+    with pytest.raises(ValueError, match=f"GAMEDAY_LOCAL_RUNTIME_NICE='{value}': expected a "
+                                         "whole number from 0"):
+        LocalRuntime()
+
+
+def test_agent_command_refuses_a_bad_niceness_before_starting(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from controlplane.agent.cli import agent_cmd
+
+    r = CliRunner().invoke(agent_cmd, [
+        "--api", "http://127.0.0.1:9", "--name", "a", "--pool", "cpu", "--zone", "z",
+        "--region", "r", "--cpu-slots", "1", "--token", "t" * 20,
+        "--spool-dir", str(tmp_path / "spool")], env={"GAMEDAY_LOCAL_RUNTIME_NICE": "99"})
+    assert r.exit_code == 2, r.output
+    assert "GAMEDAY_LOCAL_RUNTIME_NICE='99': expected a whole number from 0" in r.output
