@@ -12,11 +12,11 @@ Attempts start in one of two ways (docs/local-environment.md, "How attempts star
 Either way each workload runs at a lower CPU priority than the agent (``nice`` 10 by default,
 ``GAMEDAY_LOCAL_RUNTIME_NICE``), as Kubernetes reserves CPU for the kubelet: a busy workload
 cannot starve the agent that claims, starts, heartbeats and reports for it. Each workload gets
-its own session (so a stop reaches any grandchildren) and dies with the agent: the workload sets PR_SET_PDEATHSIG on itself (``--parent-pid``) against its
-parent. Linux delivers that signal when the *thread* that forked exits: the zygote forks from
-its only thread, and it exits when its socket to the agent closes (agent death); on the
-``subprocess`` path the caller must start the workload from a thread that outlives it (the
-agent's per-attempt runner does).
+its own session (so a stop reaches any grandchildren) and dies with the agent: the workload
+sets PR_SET_PDEATHSIG on itself (``--parent-pid``) against its parent. Linux delivers that
+signal when the *thread* that forked exits: the zygote forks from its only thread, and it
+exits when its socket to the agent closes (agent death); on the ``subprocess`` path the caller
+must start the workload from a thread that outlives it (the agent's per-attempt runner does).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class LocalRunHandle:
 
 
 def workload_nice(value: int | None = None) -> int:
-    """The niceness increment of workloads: ``value``, else $GAMEDAY_LOCAL_RUNTIME_NICE, else 10."""
+    """Workloads' niceness increment: ``value``, else $GAMEDAY_LOCAL_RUNTIME_NICE, else 10."""
     raw: object = value if value is not None else os.environ.get(NICE_ENV, DEFAULT_NICE)
     try:
         nice = int(str(raw))
@@ -238,8 +238,10 @@ class LocalRuntime:
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, bufsize=1, env=env, start_new_session=True,
         )
-        # Set from here, not by a preexec_fn (unsafe in the agent's threads): the interpreter
-        # is still starting, before the workload's code (or any child of it) runs.
+        # Set from here, not by a preexec_fn (unsafe in the agent's threads). Not atomic with
+        # the start: the new interpreter normally spends tens of ms starting up before the
+        # workload's own code (or any child of it) runs, and a child started earlier would
+        # keep the agent's priority.
         with contextlib.suppress(ProcessLookupError):
             os.setpriority(os.PRIO_PROCESS, process.pid, os.getpriority(os.PRIO_PROCESS, 0)
                            + self.nice)
