@@ -11,14 +11,13 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.local import watchdog
+from infra.local import ports, watchdog
 
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -28,9 +27,8 @@ class PostgresError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port, reserved against other callers until its server binds it (ports.py)."""
+    return ports.reserve_port()
 
 
 def _run_as() -> dict[str, object]:

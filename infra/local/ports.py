@@ -12,6 +12,7 @@ starts. In between, two kinds of process could take it:
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import random
@@ -29,6 +30,8 @@ LOWEST = 20000
 # Longer than an environment takes to start on a loaded machine (wait_healthy's own timeouts).
 RESERVATION_SECONDS = 600.0
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# reserve_port's owners: one per port, so that one process's own calls never share a port
+_reservation_ids = itertools.count(1)
 
 
 class PortsExhausted(EnvError):
@@ -114,6 +117,19 @@ def allocate_ports(names: list[str], previous: dict[str, int] | None = None, *, 
         expiry = time.time() + RESERVATION_SECONDS
         reserved.update({port: (owner, expiry) for port in chosen.values()})
     return chosen
+
+
+def reserve_port() -> int:
+    """One free port for a server started within minutes by this process or its child.
+
+    Binding port 0 and closing the socket hands back a port the kernel may give again at once,
+    to another test's server on the other worker or to an outgoing connection: two servers told
+    the same port, and a readiness check answered by the other one. A port from here is below
+    the ephemeral range and reserved under an owner of its own, so no other caller gets it
+    while it waits to be bound.
+    """
+    owner = f"pid-{os.getpid()}-{next(_reservation_ids)}"
+    return allocate_ports(["port"], owner=owner)["port"]
 
 
 def _probe(pool: range, avoid: set[int]) -> Iterator[int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import httpx
 from controlplane import storage
 from controlplane.registry import push_minimal_image
 from infra.local import motoserver, watchdog
+from infra.local.ports import reserve_port
 
 VENV_BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +29,7 @@ TRAINER_TAG = "1.0"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()
 
 
 @dataclass

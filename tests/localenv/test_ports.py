@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import ports
+from infra.local import pgserver, ports
 from infra.local.ports import PortsExhausted, allocate_ports
 
 
@@ -69,6 +69,23 @@ def test_a_reservation_file_cut_short_is_read_as_empty(tmp_path: Path,
     path.write_text('{"40000": ["env-a", 9')
     assert allocate_ports(["x"], owner="env-b", candidates=range(40000, 40001), path=path) == {
         "x": 40000}
+
+
+def test_reserved_single_ports_are_never_handed_out_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """free_port() for tests' and benchmarks' servers: a CI run once had a test's registry told
+    the port another worker's registry had just been given, and its readiness check answered by
+    that other registry (port 0, closed, given again by the kernel)."""
+    # nothing binds the ports: only the reservations keep the calls apart
+    monkeypatch.setattr(ports, "port_free", lambda port: True)
+    monkeypatch.setattr(ports, "candidate_range", lambda: range(40000, 40003))
+    monkeypatch.setattr(ports, "reservation_file", lambda: tmp_path / "r.json")
+    got = [ports.reserve_port(), ports.reserve_port(), pgserver.free_port()]
+    assert sorted(got) == [40000, 40001, 40002]
+    with pytest.raises(PortsExhausted):
+        ports.reserve_port()
+    with pytest.raises(PortsExhausted, match="3 reserved by other"):
+        allocate_ports(["api"], owner="env-a", path=tmp_path / "r.json")
 
 
 def test_ports_are_kept_when_free_and_replaced_when_taken(tmp_path: Path) -> None:

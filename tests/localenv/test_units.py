@@ -18,14 +18,13 @@ import httpx
 import pytest
 
 from infra.local import procs
+from infra.local.ports import reserve_port
 from infra.local.supervisor import SupervisorClient
 from infra.timeline import Timeline
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return reserve_port()
 
 
 def _wait_http(url: str, timeout: float = 10.0) -> None:
