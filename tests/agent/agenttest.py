@@ -141,6 +141,11 @@ def start_registry(sup: ProcessSupervisor, root: Path) -> Registry:
     registry = Registry(proc, f"127.0.0.1:{port}")
     wait_http(f"http://{registry.host}/v2/", proc=proc)
     push_minimal_image(registry.host, TRAINER_REPO, TRAINER_TAG, labels={"role": "sample-trainer"})
+    # whoever answered must be this registry: a test freezing or killing it must reach the server
+    # its requests go to (a CI run once had another registry on the port)
+    if not (root / "data" / "docker" / "registry" / "v2" / "repositories" / TRAINER_REPO).is_dir():
+        raise RuntimeError(f"the image pushed to {registry.host} is not in {root / 'data'}: "
+                           f"another server answers on that port ({proc.name} log: {root})")
     return registry
 
 
