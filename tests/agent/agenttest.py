@@ -20,16 +20,12 @@ import httpx
 from controlplane import storage
 from controlplane.registry import push_minimal_image
 from infra.local import motoserver, watchdog
-from infra.local.ports import reserve_port
+from infra.local.pgserver import free_port
 
 VENV_BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_REPO = "ml/trainer"
 TRAINER_TAG = "1.0"
-
-
-def free_port() -> int:
-    return reserve_port()
 
 
 @dataclass

@@ -23,10 +23,6 @@ from infra.local.supervisor import SupervisorClient
 from infra.timeline import Timeline
 
 
-def _free_port() -> int:
-    return reserve_port()
-
-
 def _wait_http(url: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,7 +69,7 @@ def echo_server() -> Iterator[int]:
 @contextmanager
 def _proxy_to(tmp_path: Path, route: str, target_port: int) -> Iterator[tuple[str, int]]:
     """A fault proxy with one route to 127.0.0.1:target_port: (control URL, listen port)."""
-    control, listen = _free_port(), _free_port()
+    control, listen = reserve_port(), reserve_port()
     config = tmp_path / "proxy.json"
     config.write_text(json.dumps({"control_port": control, "routes": {
         route: {"listen": listen, "target": f"127.0.0.1:{target_port}"}}}))
