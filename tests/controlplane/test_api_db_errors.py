@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -182,3 +184,23 @@ def test_no_route_translates_driver_errors_itself() -> None:
                  for n, line in enumerate(f.read_text().splitlines(), 1)
                  if "OperationalError" in line or "PoolTimeout" in line]
     assert not offenders, f"driver errors handled in the API: {offenders}"
+
+
+def test_a_pool_connection_stuck_in_the_load_balancer_is_given_up_after_two_seconds() -> None:
+    """A listener that accepts and never answers stands for HAProxy retrying a dead primary.
+    The pool's connect must give up after libpq's floor (2 s), not the 3 s that kept every
+    pooled connection stuck past a 2 s failover (controlplane/db.py POOL_CONNECT_TIMEOUT)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))  # held open while in use: nobody else gets this port
+        hole.listen(8)
+        port = hole.getsockname()[1]
+        pool = db.make_pool(f"postgresql://u@127.0.0.1:{port}/x")
+
+        async def attempt() -> float:
+            t0 = time.monotonic()
+            with pytest.raises(psycopg.OperationalError, match="timeout"):
+                await psycopg.AsyncConnection.connect(pool.conninfo, **pool.kwargs)
+            return time.monotonic() - t0
+
+        took = asyncio.run(attempt())
+    assert 1.9 <= took < 2.8, took
