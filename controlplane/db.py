@@ -4,6 +4,7 @@ become domain errors."""
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -48,11 +49,24 @@ async def _mark_returned(conn: psycopg.AsyncConnection) -> None:
     conn.controlplane_returned_at = time.monotonic()  # type: ignore[attr-defined]
 
 
+def _server_spoke(conn: psycopg.AsyncConnection) -> bool:
+    """The server sent something to a connection resting in the pool: nobody asked, so it is
+    the end of the connection (its backend died, HAProxy closed it) or a FATAL before it."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True  # no usable socket: let the probe decide
+    return bool(readable)
+
+
 async def _check_if_idle(conn: psycopg.AsyncConnection) -> None:
-    """Probe a pooled connection only when it sat idle: a round trip per request would cost
-    ~15% of a submission's CPU, while hot connections are known good. A connection that broke
-    while hot (failover) fails its request once; callers retry idempotent statements."""
-    if time.monotonic() - getattr(conn, "controlplane_returned_at", 0.0) > IDLE_CHECK_SECONDS:
+    """Probe a pooled connection when it sat idle or its server closed it meanwhile: a round
+    trip per request would cost ~15% of a submission's CPU, while a zero-wait poll of the
+    socket costs microseconds and catches the connections a killed primary closed (which would
+    otherwise each fail the next request given them). One broken while in use still fails its
+    request; callers retry idempotent statements."""
+    if (time.monotonic() - getattr(conn, "controlplane_returned_at", 0.0) > IDLE_CHECK_SECONDS
+            or _server_spoke(conn)):
         await AsyncConnectionPool.check_connection(conn)
 
 
