@@ -53,10 +53,11 @@ def _server_spoke(conn: psycopg.AsyncConnection) -> bool:
     """The server sent something to a connection resting in the pool: nobody asked, so it is
     the end of the connection (its backend died, HAProxy closed it) or a FATAL before it."""
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        poller = select.poll()  # not select(): any fd number, however many sockets are open
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError, psycopg.Error):
         return True  # no usable socket: let the probe decide
-    return bool(readable)
 
 
 async def _check_if_idle(conn: psycopg.AsyncConnection) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from controlplane import db
 
@@ -33,3 +35,29 @@ async def _kill_then_use(dsn: str) -> list[str]:
 def test_a_hot_pooled_connection_whose_backend_died_is_replaced_not_handed_out(pg_dsn: str) -> None:
     victim, served_by = asyncio.run(_kill_then_use(pg_dsn))
     assert served_by != victim
+
+
+def test_a_hot_healthy_connection_is_handed_out_without_a_round_trip(
+        pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    probes: list[object] = []
+    real = AsyncConnectionPool.check_connection
+
+    async def counting(conn: psycopg.AsyncConnection) -> None:
+        probes.append(conn)
+        await real(conn)
+
+    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counting))
+
+    async def twice() -> None:
+        pool = db.make_pool(pg_dsn, min_size=1, max_size=1)
+        await pool.open(wait=True)
+        try:
+            for _ in range(2):
+                async with pool.connection() as c:
+                    await c.execute("SELECT 1")
+        finally:
+            await pool.close()
+
+    asyncio.run(twice())
+    # the first checkout finds a connection that never rested (probed); the second a hot one
+    assert len(probes) <= 1, probes
