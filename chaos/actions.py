@@ -517,9 +517,15 @@ def _wait(ctx: Context, ids: list[str], states: set[str], timeout: float) -> dic
         for op_id in ids:
             if seen.get(op_id) not in states:
                 try:
-                    seen[op_id] = ctx.platform.get(op_id).state
+                    view = ctx.platform.get(op_id)
                 except PlatformError:
-                    pass  # API briefly away during a fault: keep polling
+                    continue  # API briefly away during a fault: keep polling
+                seen[op_id] = view.state
+                # a terminal state is final: waiting out the timeout could not change the outcome
+                if view.terminal and view.state not in states:
+                    raise ChaosError(f"operation {op_id} ended {view.state} "
+                                     f"({view.state_reason or 'no reason given'}), not in "
+                                     f"{sorted(states)}: {seen}")
         if all(seen.get(i) in states for i in ids):
             return seen
         time.sleep(0.25)
