@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 import uuid
@@ -73,13 +74,28 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
     gevent.spawn(_end_of_run, environment)
 
 
+def _owner_gone(pid: int | None) -> bool:
+    """A background run lasts hours and Locust has its own session: when whoever started it is
+    gone (a test session killed hard), nobody will ever touch the stop file."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _end_of_run(environment: Environment) -> None:
     """Ends the run after the scenario's duration, or when the stop file appears (background
     mode). Not --run-time: a master's quit() waits only 0.5 s for its workers' final stats.
     Instead each worker is told to quit; it stops its users (stop_timeout), sends its final
     stats, then says "quit", and the last one makes the master stop and quit by itself."""
     deadline = time.monotonic() + SCENARIO.duration
-    while time.monotonic() < deadline and not CONFIG.stop_file.exists():
+    while (time.monotonic() < deadline and not CONFIG.stop_file.exists()
+           and not _owner_gone(CONFIG.owner_pid)):
         gevent.sleep(0.2)
     runner = environment.runner
     if isinstance(runner, MasterRunner):

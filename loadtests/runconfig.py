@@ -13,6 +13,9 @@ from loadtests.scenario import Scenario
 
 CONFIG_ENV = "GAMEDAY_LOAD_CONFIG"
 TOKEN_ENV = "GAMEDAY_LOAD_TOKEN"
+# The process whose death ends the run: the one the local environment's servers die with too
+# (tests set it to the pytest session), else the process that starts Locust.
+OWNER_ENV = "GAMEDAY_OWNER_PID"
 
 
 class RunConfig(BaseModel):
@@ -23,6 +26,7 @@ class RunConfig(BaseModel):
     stats_path: Path     # load_stats.json, written by the master (or the single process)
     stop_file: Path      # its appearance asks the run to end early (background mode)
     s3_endpoint: str | None = None
+    owner_pid: int | None = None  # Locust runs in its own session: it ends itself when this dies
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

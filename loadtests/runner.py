@@ -35,7 +35,7 @@ from loadtests.collect import (
     merge_parts,
     rejection_check,
 )
-from loadtests.runconfig import CONFIG_ENV, TOKEN_ENV, RunConfig
+from loadtests.runconfig import CONFIG_ENV, OWNER_ENV, TOKEN_ENV, RunConfig
 from loadtests.safety import check_target
 from loadtests.scenario import Scenario, load_scenario
 from loadtests.stats import LoadStats, StatsError, read_load_stats
@@ -182,7 +182,8 @@ def start(scenario: Scenario | str | Path, host: str, token: str, out_dir: str |
     work = out / ".locust"
     work.mkdir(exist_ok=True)
     config = RunConfig(scenario=scn, parts_dir=work / "parts", stats_path=out / STATS,
-                       stop_file=work / "stop", s3_endpoint=s3_endpoint)
+                       stop_file=work / "stop", s3_endpoint=s3_endpoint,
+                       owner_pid=int(os.environ.get(OWNER_ENV) or os.getpid()))
     config.stop_file.unlink(missing_ok=True)
     config.stats_path.unlink(missing_ok=True)  # never judge a previous run's stats
     config.save(work / "config.json")
