@@ -383,6 +383,8 @@ class LocalEnvironment:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
         orphans.remove_orphans(orphans.SYSTEM_DB_ROOT, say)
+        if not self.info:  # no env.json: a database left here has lost its passwords
+            orphans.remove_stale(db_root_for(self.state_dir, self.name), self.state_dir, say)
         problems = self.preflight(platform)
         if problems:
             raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))

@@ -8,6 +8,11 @@ temporary home), left it behind for good. Each such directory records the state 
 belongs to (components.OWNER_FILE); `env up` removes the ones whose state directory is gone and
 that no process of that environment still runs on. A directory without that record (made
 before it existed, or not ours) is left alone.
+
+A state directory deleted and made again at the same path (a test session killed, then run
+again with the same ``--basetemp``) maps to the same database directory, whose passwords went
+with the deleted ``env.json``: PostgreSQL would refuse the new ones ("password authentication
+failed"). ``remove_stale`` removes that one when ``env up`` finds no ``env.json``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 
 from infra.local import procs
 from infra.local.components import OWNER_FILE, SYSTEM_DB_ROOT
+from infra.local.errors import EnvError
 
 
 def orphans(root: Path = SYSTEM_DB_ROOT) -> list[tuple[Path, Path]]:
@@ -48,3 +54,27 @@ def remove_orphans(root: Path = SYSTEM_DB_ROOT,
             f"{owner} no longer exists")
         removed.append(db_root)
     return removed
+
+
+def remove_stale(db_root: Path, state_dir: Path,
+                 say: Callable[[str], object] = lambda _msg: None) -> bool:
+    """Delete ``db_root`` if it is a database directory of ``state_dir`` (its owner record says
+    so) whose ``env.json`` is gone; the caller knows there is none. Refused while a process of
+    that environment runs. True if removed."""
+    try:
+        owner = Path((db_root / OWNER_FILE).read_text().strip())
+    except OSError:
+        return False  # none there, or not one of ours
+    if owner != state_dir.resolve():
+        return False
+    running = procs.marked_processes(state_dir)
+    if running:
+        raise EnvError(f"{db_root} holds the database of {state_dir}, whose env.json is gone, "
+                       f"and processes of it still run ({sorted(set(running))}): stop them first")
+    shutil.rmtree(db_root, ignore_errors=True)
+    if db_root.exists():
+        raise EnvError(f"could not remove {db_root}: the database of an earlier environment at "
+                       f"{state_dir} whose env.json (and so its passwords) is gone")
+    say(f"removed {db_root}: the database of an earlier environment at {state_dir} whose "
+        "env.json (and so its passwords) is gone")
+    return True

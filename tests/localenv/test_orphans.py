@@ -5,6 +5,7 @@ owner record are kept. Against a temporary root, never the machine's /var/lib/ga
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -82,3 +83,47 @@ def test_a_directory_that_cannot_be_removed_is_said_not_claimed(
     assert orphan.exists() and said == [
         (f"could not remove {orphan}, the database of an environment whose state directory "
          f"{tmp_path / 'gone'} no longer exists")]
+
+
+def test_a_database_of_a_state_directory_made_again_is_removed_only_without_env_json(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    other = _db_root(tmp_path / "root", "local-other", tmp_path / "another-state")
+    stale = _db_root(tmp_path / "root", "local-stale", state.resolve())
+    said: list[str] = []
+    assert not orphans.remove_stale(other, state, said.append)  # not this state dir's
+    assert not orphans.remove_stale(tmp_path / "root" / "absent", state, said.append)
+    sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, procs.MARKER_VAR: str(state)})
+    try:
+        with pytest.raises(EnvError, match="processes of it still run"):
+            orphans.remove_stale(stale, state, said.append)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert stale.exists() and other.exists() and said == []
+    assert orphans.remove_stale(stale, state, said.append)
+    assert not stale.exists() and other.exists()
+    assert said == [(f"removed {stale}: the database of an earlier environment at {state} "
+                     "whose env.json (and so its passwords) is gone")]
+
+
+@pytest.mark.parametrize("with_env_json", [False, True])
+def test_env_up_removes_its_own_stale_database_only_without_env_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_env_json: bool) -> None:
+    """The killed-run case: same state path, env.json gone, database directory still there."""
+    env = LocalEnvironment("stale-test", tmp_path / "home")
+    db_root = _db_root(tmp_path / "var-lib-gameday", "stale-test-x", env.state_dir.resolve())
+    monkeypatch.setattr(orphans, "SYSTEM_DB_ROOT", tmp_path / "var-lib-gameday")
+    monkeypatch.setattr("infra.local.env.db_root_for", lambda *_a: db_root)
+    if with_env_json:
+        env.state_dir.mkdir(parents=True)
+        env.env_file.write_text(json.dumps({"name": "stale-test", "db_root": str(db_root),
+                                            "status": "down", "components": {}}))
+        env = LocalEnvironment("stale-test", tmp_path / "home")
+    monkeypatch.setattr(env, "preflight", lambda *_a, **_k: ["stopped here by the test"])
+    said: list[str] = []
+    with pytest.raises(EnvError, match="stopped here by the test"):
+        env.up(said.append)
+    assert db_root.exists() == with_env_json
+    assert any(str(db_root) in m for m in said) != with_env_json, said
