@@ -76,15 +76,16 @@ async def _check_if_idle(conn: psycopg.AsyncConnection) -> None:
 # (three times, a second apart) for as long as the client waits. At 3 s the pool's every
 # connection stayed in that loop past the failover (~2 s here), /readyz timed out on both API
 # replicas at once, and HAProxy answered 503 with no replica left, after the database was back
-# (docs/DESIGN.md section 8.6).
-POOL_CONNECT_TIMEOUT = 2
+# (docs/DESIGN.md section 8.6). The reconciler's and the claim listener's own connections go
+# through the same HAProxy: the same bound, or routing and claim wake-ups stall a second longer.
+CONNECT_TIMEOUT = 2
 
 
 def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnectionPool:
     return AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
         check=_check_if_idle, reset=_mark_returned,
-        kwargs={"autocommit": True, "connect_timeout": POOL_CONNECT_TIMEOUT,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
                 "application_name": "controlplane"},
     )
 

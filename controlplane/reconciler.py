@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from controlplane import clock, defects, metrics
-from controlplane.db import ListenConnection
+from controlplane.db import CONNECT_TIMEOUT, ListenConnection
 from controlplane.health import ReconcilerHealth, default_stall_seconds
 from controlplane.states import TERMINAL, OpState
 from controlplane.store import agents as agent_store
@@ -92,7 +92,7 @@ class Reconciler:
                 try:
                     if conn is None or conn.closed:
                         conn = await psycopg.AsyncConnection.connect(
-                            self.s.dsn, autocommit=True, connect_timeout=3,
+                            self.s.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                             application_name="reconciler")
                     await self.tick(conn)
                     self.idle = self._listening and not await scheduling.open_work(conn)
@@ -191,7 +191,7 @@ class Reconciler:
         while not self._stop.is_set():
             try:
                 async with await ListenConnection.connect(
-                        self.s.dsn, autocommit=True, connect_timeout=3,
+                        self.s.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                         application_name="reconciler-listen") as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self._listening = True

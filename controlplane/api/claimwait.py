@@ -15,7 +15,7 @@ import logging
 
 import psycopg
 
-from controlplane.db import ListenConnection
+from controlplane.db import CONNECT_TIMEOUT, ListenConnection
 from controlplane.store.agents import CLAIM_CHANNEL, claimable_agents
 
 log = logging.getLogger("controlplane.api")
@@ -68,7 +68,7 @@ class ClaimWakeups:
         while True:
             try:
                 async with await ListenConnection.connect(
-                        self.dsn, autocommit=True, connect_timeout=3,
+                        self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                         application_name="api-claim-listen") as conn:
                     await conn.execute(f"LISTEN {CLAIM_CHANNEL}")
                     self.listening = True

@@ -4,6 +4,7 @@ answered by one exception handler (controlplane/api/errors.py), whichever route 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import socket
@@ -189,7 +190,7 @@ def test_no_route_translates_driver_errors_itself() -> None:
 def test_a_pool_connection_stuck_in_the_load_balancer_is_given_up_after_two_seconds() -> None:
     """A listener that accepts and never answers stands for HAProxy retrying a dead primary.
     The pool's connect must give up after libpq's floor (2 s), not the 3 s that kept every
-    pooled connection stuck past a 2 s failover (controlplane/db.py POOL_CONNECT_TIMEOUT)."""
+    pooled connection stuck past a 2 s failover (controlplane/db.py CONNECT_TIMEOUT)."""
     with socket.socket() as hole:
         hole.bind(("127.0.0.1", 0))  # held open while in use: nobody else gets this port
         hole.listen(8)
@@ -204,3 +205,30 @@ def test_a_pool_connection_stuck_in_the_load_balancer_is_given_up_after_two_seco
 
         took = asyncio.run(attempt())
     assert 1.9 <= took < 2.8, took
+
+
+def connect_timeouts(package: Path) -> dict[str, list[str]]:
+    """file -> the source of each ``connect_timeout=`` value passed in it (S3's client aside)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "storage.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "connect_timeout":
+                out.setdefault(path.relative_to(package).as_posix(), []).append(
+                    ast.unparse(node.value))
+            if (isinstance(node, ast.Dict)
+                    and any(isinstance(k, ast.Constant) and k.value == "connect_timeout"
+                            for k in node.keys)):
+                out.setdefault(path.relative_to(package).as_posix(), []).extend(
+                    ast.unparse(v) for k, v in zip(node.keys, node.values, strict=True)
+                    if isinstance(k, ast.Constant) and k.value == "connect_timeout")
+    return out
+
+
+def test_every_server_connection_through_haproxy_uses_the_same_connect_timeout() -> None:
+    """The reconciler's, its listener's and the claim listener's connections meet the same
+    HAProxy retry loop as the API pool's: each must pass db.CONNECT_TIMEOUT, not a literal."""
+    found = connect_timeouts(Path(controlplane.__file__).parent)
+    assert {"db.py", "reconciler.py", "api/claimwait.py"} <= set(found), found
+    assert {f: v for f, v in found.items() if set(v) != {"CONNECT_TIMEOUT"}} == {}
