@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass
 
 import httpx
@@ -89,6 +90,25 @@ def _base_url(registry: str, insecure: bool | None) -> str:
     return f"{'http' if insecure else 'https'}://{registry}"
 
 
+_CLIENTS: dict[bool, httpx.Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _shared_client(base: str) -> httpx.Client:
+    """This process's client, made on first use and kept: an agent resolves an image per
+    attempt, and a client per call cost a client's set-up and a new connection each time
+    (measured 2.6 against 1.3-1.4 ms of the agent's CPU, and 3.8-4.0 against 2.8-3.1 ms of the
+    registry's, per resolve). httpx clients are safe to share between threads."""
+    # over plain HTTP there is no certificate to check: verify=False skips loading the CA
+    # bundle, ~23 ms of CPU per client
+    verify = not base.startswith("http://")
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(verify)
+        if client is None:
+            client = _CLIENTS[verify] = httpx.Client(verify=verify)
+        return client
+
+
 def resolve_digest(
     reference: str, *, timeout: float = 3.0, insecure: bool | None = None,
     transport: httpx.BaseTransport | None = None,
@@ -99,11 +119,12 @@ def resolve_digest(
     base = _base_url(ref.registry, insecure)
     url = f"{base}/v2/{ref.repository}/manifests/{target}"
     try:
-        # over plain HTTP there is no certificate to check: verify=False skips loading the CA
-        # bundle, ~23 ms of CPU per client and so per attempt the agent starts
-        with httpx.Client(timeout=timeout, transport=transport,
-                          verify=not base.startswith("http://")) as http:
-            response = http.head(url, headers={"Accept": MANIFEST_ACCEPT})
+        if transport is None:
+            response = _shared_client(base).head(url, headers={"Accept": MANIFEST_ACCEPT},
+                                                 timeout=timeout)
+        else:
+            with httpx.Client(timeout=timeout, transport=transport) as http:
+                response = http.head(url, headers={"Accept": MANIFEST_ACCEPT})
     except httpx.TransportError as exc:
         raise RegistryUnreachable(f"registry {ref.registry} unreachable: {type(exc).__name__}: {exc}") from exc
     if response.status_code == 404:
