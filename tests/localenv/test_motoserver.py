@@ -4,8 +4,6 @@ and serves S3 end to end."""
 
 from __future__ import annotations
 
-import http.client
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,48 +58,7 @@ def test_serves_s3(tmp_path: Path) -> None:
             store.get("a/missing.json")
     finally:
         proc.stop()
-    # request lines only for error answers (MotoWSGI): the 404, not the 200s
+    # request lines only for error answers (QuietRequestHandler): the 404, not the 200s
     lines = [x for x in proc.log.read_text().splitlines() if '" ' in x and "HTTP/1" in x]
     assert [x for x in lines if "missing.json" in x and '" 404 ' in x], lines
     assert not [x for x in lines if '" 200 ' in x], lines
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    proc = spawn("moto", motoserver.command(port), tmp_path_factory.mktemp("moto"))
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        wait_http(endpoint + "/moto-api/", proc, 30)
-        yield endpoint
-    finally:
-        proc.stop()
-
-
-def test_connections_are_kept_alive(served: str) -> None:
-    """Two S3 requests on one connection: werkzeug's server closed it after each answer, so
-    every request of the workloads and agents was a new TCP connection (and a new thread)."""
-    client = storage.make_s3_client(storage.StorageConfig(endpoint_url=served))
-    client.create_bucket(Bucket="keepalive")
-    conn = http.client.HTTPConnection(served.removeprefix("http://"), timeout=5)
-    sockets = []
-    try:
-        for key in ("a", "b"):
-            conn.request("GET", f"/keepalive/{key}")
-            answer = conn.getresponse()
-            answer.read()
-            assert answer.status == 404
-            assert not answer.will_close, dict(answer.getheaders())
-            sockets.append(conn.sock.getsockname())
-        assert sockets[0] == sockets[1]  # the same connection both times
-    finally:
-        conn.close()
-
-
-def test_underscored_metadata_names_are_kept(served: str) -> None:
-    """What moto's own request handler does: ``x-amz-meta-a_b`` stays ``a_b``, and a dashed
-    header of the same WSGI key is never shadowed by an underscored one."""
-    client = storage.make_s3_client(storage.StorageConfig(endpoint_url=served))
-    client.create_bucket(Bucket="metadata")
-    client.put_object(Bucket="metadata", Key="k", Body=b"x", Metadata={"a_b": "1", "c-d": "2"})
-    assert client.head_object(Bucket="metadata", Key="k")["Metadata"] == {"a_b": "1", "c-d": "2"}
