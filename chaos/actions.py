@@ -692,6 +692,13 @@ def _wait_pipeline(ctx: Context, pid: str, states: list[str] | str, timeout: flo
             continue
         if last["state"] in wanted:
             return last
+        # "running" is a pipeline's only state with a way out (controlplane.models.Pipeline; the
+        # Prefect adapter maps every unfinished flow state to it): any other is its outcome,
+        # which waiting out the timeout could not change (as _wait for operations)
+        if last["state"] != "running":
+            raise ChaosError(f"pipeline {pid} ended {last['state']} "
+                             f"({last.get('state_reason') or 'no reason given'}), not in "
+                             f"{sorted(wanted)}: {_pipeline_summary(last)}")
         time.sleep(0.5)
     raise ChaosError(f"pipeline {pid} not in {sorted(wanted)} within {timeout}s: "
                      f"{_pipeline_summary(last) if last else 'never read'}")
