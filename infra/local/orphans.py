@@ -26,15 +26,21 @@ from infra.local.components import OWNER_FILE, SYSTEM_DB_ROOT
 from infra.local.errors import EnvError
 
 
+def _owner(db_root: Path) -> Path | None:
+    """The state directory a database directory records, None if it records none."""
+    try:
+        return Path((db_root / OWNER_FILE).read_text().strip())
+    except OSError:
+        return None  # none there, or not one of ours
+
+
 def orphans(root: Path = SYSTEM_DB_ROOT) -> list[tuple[Path, Path]]:
     """(database directory, the state directory it belonged to) for each orphan under root."""
     found = []
     for db_root in sorted(root.iterdir()) if root.is_dir() else []:
-        try:
-            owner = Path((db_root / OWNER_FILE).read_text().strip())
-        except OSError:
-            continue
-        if not owner.is_absolute() or owner.exists() or procs.marked_processes(owner):
+        owner = _owner(db_root)
+        if (owner is None or not owner.is_absolute() or owner.exists()
+                or procs.marked_processes(owner)):
             continue
         found.append((db_root, owner))
     return found
@@ -61,11 +67,7 @@ def remove_stale(db_root: Path, state_dir: Path,
     """Delete ``db_root`` if it is a database directory of ``state_dir`` (its owner record says
     so) whose ``env.json`` is gone; the caller knows there is none. Refused while a process of
     that environment runs. True if removed."""
-    try:
-        owner = Path((db_root / OWNER_FILE).read_text().strip())
-    except OSError:
-        return False  # none there, or not one of ours
-    if owner != state_dir.resolve():
+    if _owner(db_root) != state_dir.resolve():
         return False
     running = procs.marked_processes(state_dir)
     if running:
