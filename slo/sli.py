@@ -506,9 +506,11 @@ def checkpoint_progress_loss(
     """For each retry attempt of one operation that ran: steps recomputed vs the best earlier
     attempt, and whether it resumed from a checkpoint that is not complete (torn).
 
-    An attempt that never started (lost on an agent that was already down, before it was
-    claimed) recomputed nothing: it is not a loss itself, and the attempt that ran after it is
-    measured against the best progress before either."""
+    An attempt that never reached its resume point recomputed nothing: one lost on an agent
+    that was already down, before it was claimed, or one whose workload was started and
+    killed before it chose where to resume (a workload says so at once: ``resumed``, or its
+    first ``progress`` from scratch). It is not a loss itself, and the attempt that ran after
+    it is measured against the best progress before either."""
     steps = progress_steps(events)
     resumed = {
         e.attempt_id: float(e.data.get("from_step", 0))
@@ -536,8 +538,12 @@ def checkpoint_progress_loss(
 
 
 def _ran(a: Attempt, steps: dict[str, float], resumed: dict[str, float]) -> bool:
-    # any step or resume recorded also counts: the "started" transition may be what was lost
-    return a.started_at is not None or a.id in steps or a.id in resumed
+    # Where it restarted from is known only once it resumed or made progress. A start alone
+    # is not: measured on an upgrade game day, a workload killed 0.3 s after its start by its
+    # agent's drain was counted as restarting from step 0 (174 steps "lost") while the next
+    # attempt resumed from the checkpoint at 170. Its "started" transition is not required
+    # either: that may be what was lost.
+    return a.id in steps or a.id in resumed
 
 
 def group_by(items: Iterable, key: str) -> dict[str, list]:

@@ -370,3 +370,24 @@ def test_an_attempt_whose_start_was_not_recorded_but_made_progress_counts() -> N
     events = [_step("a1", "progress", step=15), _step("a2", "progress", step=3)]
     losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
     assert [(x.attempt_id, x.lost_steps) for x in losses] == [("a2", 15.0)]
+
+
+def test_an_attempt_killed_before_it_resumed_recomputed_nothing() -> None:
+    # Measured on an upgrade game day: attempt 1 reached step 174 (checkpoint at 170); attempt
+    # 2's workload started and was killed 0.3 s later by its agent's drain, before it resumed or
+    # reported a step; attempt 3 resumed from 170. Four steps were recomputed, not 174 + 4.
+    attempts = [_attempt(1, True), _attempt(2, True), _attempt(3, True)]
+    events = [_step("a1", "checkpoint_written", step=170), _step("a1", "progress", step=174),
+              _step("a3", "resumed", from_step=170), _step("a3", "progress", step=180)]
+    losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
+    assert [(x.attempt_id, x.lost_steps) for x in losses] == [("a3", 4.0)]
+
+
+def test_an_attempt_that_restarted_from_scratch_and_was_killed_still_counts() -> None:
+    # the other side: progress from step 1 says it did not resume from the checkpoint
+    attempts = [_attempt(1, True), _attempt(2, True), _attempt(3, True)]
+    events = [_step("a1", "checkpoint_written", step=170), _step("a1", "progress", step=174),
+              _step("a2", "progress", step=1),
+              _step("a3", "resumed", from_step=170), _step("a3", "progress", step=180)]
+    losses = sli.checkpoint_progress_loss(attempts, events, 10, sli.ObjectIndex())
+    assert [(x.attempt_id, x.lost_steps) for x in losses] == [("a2", 174.0), ("a3", 4.0)]
