@@ -118,7 +118,9 @@ class Options:
     budget_check: bool = False  # read the touched SLOs' remaining budget first (scheduled runs)
     budget_source: str = "auto"  # auto: prometheus for cloud envs, the archive for local
     force: bool = False  # run even when the budget check says skip (recorded as forced)
-    metrics_port: int = DEFAULT_METRICS_PORT  # fault timeline metrics; 0 = off
+    # fault timeline metrics: 0 = off; None = a free port announced to the local environment's
+    # Prometheus, or DEFAULT_METRICS_PORT where nothing reads an announcement
+    metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
 
 
@@ -526,8 +528,10 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
     records = [ExperimentRun(n) for n in names]
     not_applicable: dict[str, str] = {}
     interrupted = False
+    targets = eps.get("fault_metrics_targets")  # absent: cloud, or a local env made before
     metrics = _serve_fault_metrics(opts, run_id, Path(eps["fault_timeline"]),
-                                   started_at.timestamp(), console)
+                                   started_at.timestamp(), console,
+                                   Path(targets) if targets else None)
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -609,17 +613,23 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
 
 
 def _serve_fault_metrics(opts: Options, run_id: str, timeline: Path, since: float,
-                         console: Console) -> FaultMetricsServer | None:
-    """The fault timeline as Prometheus metrics for the duration of the run (0 = off). A port
-    that cannot be bound is said in yellow: the game day goes on without the metrics."""
-    if not opts.metrics_port:
+                         console: Console, targets_file: Path | None = None,
+                         ) -> FaultMetricsServer | None:
+    """The fault timeline as Prometheus metrics for the duration of the run (port 0 = off).
+    With ``targets_file`` (a local environment's Prometheus reads it) the default port is a
+    free one, listed in that file. A port that cannot be bound is said in yellow: the game
+    day goes on without the metrics."""
+    port = opts.metrics_port
+    if port == 0:
         return None
+    if port is None:
+        port = 0 if targets_file is not None else DEFAULT_METRICS_PORT
     collector = FaultTimelineCollector(Timeline(timeline), run_id, opts.env, opts.suite, since)
     try:
-        server = FaultMetricsServer(collector, opts.metrics_port, opts.metrics_addr)
+        server = FaultMetricsServer(collector, port, opts.metrics_addr, targets_file)
     except OSError as exc:
         _say(console, f"[yellow]fault timeline metrics not served on "
-                      f"{opts.metrics_addr}:{opts.metrics_port}: {exc}[/]")
+                      f"{opts.metrics_addr}:{port or 'a free port'}: {exc}[/]")
         return None
     _say(console, f"fault timeline metrics: {server.url}")
     return server
@@ -762,10 +772,12 @@ def _options(f: Any) -> Any:
         click.option("--force", is_flag=True,
                      help="Run even when the budget check says skip; the verdict and report "
                           "record that the run was forced."),
-        click.option("--metrics-port", type=click.IntRange(0, 65535),
-                     default=DEFAULT_METRICS_PORT, show_default=True,
+        click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+                     show_default=f"a free port for a local environment, {DEFAULT_METRICS_PORT} "
+                                  "otherwise",
                      help="Serve the fault timeline as Prometheus metrics on this port during "
-                          "the run (0 = off)."),
+                          "the run (0 = off). A local environment's Prometheus is told the "
+                          "port whichever it is."),
         click.option("--metrics-addr", default="127.0.0.1", show_default=True,
                      help="Address the fault timeline metrics listen on."),
     ]

@@ -12,15 +12,23 @@ is. Only events since the run started count. Exported, one series per injected f
 
 `experiment` is the experiment the runner had started when the fault began (the timeline
 itself does not name it); a fault recorded before the first experiment has experiment="".
+
+A local environment's Prometheus finds the endpoint through a file (``file_sd_configs``) that
+the server writes when it starts and empties when it stops: the port is whatever was free, so
+two environments' game days on one machine never compete for a port or scrape each other's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -30,7 +38,17 @@ from prometheus_client.registry import Collector
 from infra.timeline import Timeline
 
 LABELS = ["run_id", "experiment", "fault", "target"]
-DEFAULT_METRICS_PORT = 9479  # the local Prometheus scrapes it (infra/local/components.py)
+# Where a run serves when nothing finds it by a file: the CronJob pod, an environment made
+# before the local Prometheus read its targets from a file.
+DEFAULT_METRICS_PORT = 9479
+
+
+def write_scrape_targets(path: Path, targets: list[str]) -> None:
+    """The targets of a file-discovered Prometheus job, written whole and then renamed into
+    place: Prometheus re-reads the file when it changes and must never see half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps([{"targets": targets}] if targets else []))
+    os.replace(tmp, path)
 
 
 def _ts(text: str) -> float:
@@ -113,19 +131,33 @@ class FaultMetricsServer:
     """The collector on its own registry, served over HTTP for the duration of a run."""
 
     def __init__(self, collector: FaultTimelineCollector, port: int,
-                 addr: str = "127.0.0.1") -> None:
+                 addr: str = "127.0.0.1", targets_file: Path | None = None) -> None:
+        """``port`` 0: a free one. ``targets_file``: announced there while serving (a
+        Prometheus ``file_sd_configs`` file), withdrawn by ``close``."""
         self.collector = collector
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self._server, self._thread = start_http_server(port, addr, registry=self.registry)
         self.port = self._server.server_port
         self.addr = addr
+        self.targets_file = targets_file
+        if targets_file is not None:
+            host = "127.0.0.1" if addr in ("", "0.0.0.0") else addr  # any address: loopback too
+            try:
+                write_scrape_targets(targets_file, [f"{host}:{self.port}"])
+            except OSError:
+                self.close()
+                raise
 
     @property
     def url(self) -> str:
         return f"http://{self.addr}:{self.port}/metrics"
 
     def close(self) -> None:
+        if self.targets_file is not None:
+            # if this fails the target shows down until the next run rewrites the file
+            with contextlib.suppress(OSError):
+                write_scrape_targets(self.targets_file, [])
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)

@@ -23,7 +23,7 @@ import yaml
 from controlplane.clock import ENV as CLOCK_ENV
 from infra.local import motoserver
 from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
-from infra.timeline_metrics import DEFAULT_METRICS_PORT
+from infra.timeline_metrics import write_scrape_targets
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
@@ -333,6 +333,11 @@ frontend stats
 """
 
 
+def gameday_targets_file(state: Path) -> Path:
+    """The local Prometheus's file of `gameday run`'s fault timeline endpoints."""
+    return state / "prometheus" / "gameday-targets.json"
+
+
 def _prometheus_cfg(state: Path, env_name: str, ports: dict[str, int], agents: tuple[AgentSpec, ...],
                     controlplane: bool, rules_file: Path | None) -> dict[str, Any]:
     def job(name: str, targets: list[str], labels: dict[str, str] | None = None,
@@ -353,9 +358,9 @@ def _prometheus_cfg(state: Path, env_name: str, ports: dict[str, int], agents: t
         # moto has no metrics endpoint: the fault proxy exports a TCP probe of it
         # (gameday_proxy_upstream_up{route="s3"}) and the mode of every route.
         job("faultproxy", [f"127.0.0.1:{ports['proxy_control']}"]),
-        # the fault timeline of a running game day (gameday run --metrics-port, default
-        # port); down between game days, which is what "no game day running" looks like
-        job("gameday", [f"127.0.0.1:{DEFAULT_METRICS_PORT}"]),
+        # the fault timeline of a running game day, on whatever port was free: the run lists
+        # it in this file and empties it at the end (no target = no game day running)
+        {"job_name": "gameday", "file_sd_configs": [{"files": [str(gameday_targets_file(state))]}]},
     ]
     if controlplane:
         jobs.append({"job_name": "api", "static_configs": [
@@ -484,6 +489,7 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
     ))
 
     rules = generate_rules_file(state)
+    write_scrape_targets(gameday_targets_file(state), [])  # a run lists itself while it runs
     (state / "prometheus" / "prometheus.yml").write_text(yaml.safe_dump(
         _prometheus_cfg(state, env_name, ports, agents, controlplane, rules), sort_keys=False))
     specs.append(ComponentSpec(

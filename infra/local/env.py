@@ -44,6 +44,7 @@ from infra.local.components import (
     app_dsn,
     build_components,
     db_root_for,
+    gameday_targets_file,
     superuser_dsn,
 )
 from infra.local.database import LocalDatabase
@@ -500,6 +501,8 @@ class LocalEnvironment:
             "patroni": {f"pg-{i}": f"http://127.0.0.1:{ports[f'pg{i}_rest']}" for i in (0, 1)},
             "fault_proxy": f"http://127.0.0.1:{ports['proxy_control']}",
             "fault_timeline": str(self.timeline_file),
+            # `gameday run` lists its fault timeline endpoint here for this Prometheus
+            "fault_metrics_targets": str(gameday_targets_file(self.state_dir)),
         }
         if not with_cp:
             endpoints.pop("api_replicas")

@@ -155,3 +155,54 @@ def test_metrics_off_with_port_0_and_a_busy_port_does_not_stop_the_run(tmp_path:
     free = _serve_fault_metrics(Options(metrics_port=port), "r", timeline, 0.0, console)
     assert free is not None and free.url == f"http://127.0.0.1:{port}/metrics"
     free.close()
+
+
+def test_two_environments_game_days_each_serve_and_announce_their_own_port(tmp_path: Path) -> None:
+    """The default for a local environment: a free port, listed in that environment's targets
+    file while the run serves and withdrawn after. Two game days at once (two environments on
+    one machine, the test suite's two workers) both serve; with one fixed port the second
+    was refused and each Prometheus scraped whichever run held it."""
+    import io
+
+    import httpx
+    from rich.console import Console
+
+    from gameday.run import Options, _serve_fault_metrics
+
+    console = Console(file=io.StringIO(), width=200)
+    files = [tmp_path / "a-targets.json", tmp_path / "b-targets.json"]
+    servers = [_serve_fault_metrics(Options(), run_id, tmp_path / "faults.jsonl", 0.0, console,
+                                    targets)
+               for run_id, targets in (("run-a", files[0]), ("run-b", files[1]))]
+    try:
+        assert all(s is not None for s in servers), console.file.getvalue()
+        ports = [s.port for s in servers if s is not None]
+        assert len(set(ports)) == 2
+        for targets, port, run_id in zip(files, ports, ("run-a", "run-b"), strict=True):
+            assert json.loads(targets.read_text()) == [{"targets": [f"127.0.0.1:{port}"]}]
+            body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            assert f'gameday_run_info{{env="local",run_id="{run_id}"' in body
+    finally:
+        for s in servers:
+            if s is not None:
+                s.close()
+    assert [json.loads(f.read_text()) for f in files] == [[], []]  # withdrawn: no game day
+
+
+def test_an_explicit_port_is_the_one_announced(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from gameday.run import Options, _serve_fault_metrics
+    from infra.local.ports import reserve_port
+
+    port = reserve_port()
+    targets = tmp_path / "targets.json"
+    server = _serve_fault_metrics(Options(metrics_port=port), "r", tmp_path / "faults.jsonl", 0.0,
+                                  Console(file=io.StringIO()), targets)
+    assert server is not None and server.port == port
+    try:
+        assert json.loads(targets.read_text()) == [{"targets": [f"127.0.0.1:{port}"]}]
+    finally:
+        server.close()

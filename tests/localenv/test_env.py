@@ -203,17 +203,48 @@ def test_prometheus_scrapes_every_component(env: LocalEnvironment) -> None:
 
     def all_up() -> bool:
         targets = httpx.get(url, timeout=2).json()["data"]["activeTargets"]
-        # job gameday: the fault timeline metrics of a running game day, down between them
-        return bool(targets) and all(t["health"] == "up" for t in targets
-                                     if t["labels"]["job"] != "gameday")
+        return bool(targets) and all(t["health"] == "up" for t in targets)
 
     _wait(all_up, 25, "every Prometheus target up")
     jobs = {t["labels"]["job"] for t in httpx.get(url, timeout=2).json()["data"]["activeTargets"]}
     assert {"etcd", "patroni", "haproxy", "registry", "faultproxy", "api", "reconciler", "agent",
-            "prometheus", "gameday"} <= jobs
+            "prometheus"} <= jobs
+    assert "gameday" not in jobs  # no game day running: no fault timeline target
     if env.components["prometheus"].labels.get("rules"):  # SLO rules generated from slo/
         groups = httpx.get(env.endpoints["prometheus"] + "/api/v1/rules", timeout=2).json()["data"]["groups"]
         assert groups and all(group["rules"] for group in groups)
+
+
+def test_prometheus_finds_a_running_game_days_fault_metrics(env: LocalEnvironment) -> None:
+    """What `gameday run` does with its fault timeline endpoint (a free port, listed in the
+    environment's targets file), read by this environment's real Prometheus: scraped while
+    the run serves, gone when it ends."""
+    from rich.console import Console
+
+    from gameday.run import Options, _serve_fault_metrics
+
+    prometheus = env.endpoints["prometheus"]
+
+    def gameday_targets() -> list[dict]:
+        active = httpx.get(prometheus + "/api/v1/targets", timeout=2).json()["data"]["activeTargets"]
+        return [t for t in active if t["labels"]["job"] == "gameday"]
+
+    server = _serve_fault_metrics(Options(env=env.name), "run-prom", env.timeline_file,
+                                  time.time(), Console(file=io.StringIO()),
+                                  Path(env.endpoints["fault_metrics_targets"]))
+    assert server is not None
+    try:
+        def scraped() -> bool:
+            return any(t["health"] == "up" and t["scrapeUrl"] == server.url
+                       for t in gameday_targets())
+
+        _wait(scraped, 30, f"Prometheus scraping {server.url}")
+        query = httpx.get(prometheus + "/api/v1/query", timeout=2,
+                          params={"query": 'gameday_run_info{run_id="run-prom"}'}).json()
+        assert [r["value"][1] for r in query["data"]["result"]] == ["1"], query
+    finally:
+        server.close()
+    _wait(lambda: not gameday_targets(), 30, "the ended run's target withdrawn")
 
 
 def test_failed_up_names_the_component_and_leaves_nothing(env_home: Path, monkeypatch) -> None:
