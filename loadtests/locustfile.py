@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import time
 import uuid
@@ -29,6 +28,7 @@ from locust.env import Environment
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
+from controlplane.procstate import running
 from loadtests import routes
 from loadtests.client import Backoff, SubmitOutcome, artifact_refs, is_ack, is_retryable
 from loadtests.records import PartWriters, utc_iso
@@ -77,15 +77,7 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
 def _owner_gone(pid: int | None) -> bool:
     """A background run lasts hours and Locust has its own session: when whoever started it is
     gone (a test session killed hard), nobody will ever touch the stop file."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return pid is not None and not running(pid)
 
 
 def _end_of_run(environment: Environment) -> None:

@@ -15,17 +15,9 @@ import subprocess
 import sys
 import time
 
+from controlplane.procstate import running
+
 OWNER_ENV = "GAMEDAY_OWNER_PID"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _group_alive(pgid: int) -> bool:
@@ -50,7 +42,7 @@ def watch(pgid: int, owner: int | None = None) -> subprocess.Popen[bytes]:
 
 def run(owner: int, pgid: int, interval: float = 0.5) -> int:
     while _group_alive(pgid):
-        if not _alive(owner):
+        if not running(owner):  # a zombie owner counts as dead
             for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
                 try:
                     os.killpg(pgid, sig)

@@ -38,6 +38,44 @@ def test_group_is_killed_when_its_owner_dies() -> None:
                 p.kill()
 
 
+def test_a_zombie_owner_counts_as_dead() -> None:
+    """An owner killed but never reaped by its parent (a hung harness) stays a zombie: its pid
+    answers signal 0, yet nothing of it runs any more. The servers must not wait for a reap."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    dog = watchdog.watch(server.pid, owner=owner.pid)
+    try:
+        time.sleep(1.0)
+        assert server.poll() is None, "killed while its owner was alive"
+        owner.send_signal(signal.SIGKILL)  # not waited for: a zombie until the finally below
+        assert _exited(server, 10.0), "server outlived its zombie owner"
+        assert owner.poll() is not None  # reaped only now: it was a zombie all along
+        dog.wait(5)
+    finally:
+        for p in (owner, server, dog):
+            if p.poll() is None:
+                p.kill()
+
+
+def test_running_is_false_for_a_zombie_and_for_no_process() -> None:
+    from controlplane.procstate import running
+
+    child = subprocess.Popen(["sleep", "60"])
+    assert running(child.pid) and running(os.getpid())
+    child.kill()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not _is_zombie(child.pid):
+        time.sleep(0.02)
+    assert _is_zombie(child.pid) and not running(child.pid)
+    child.wait()
+    assert not running(child.pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
 def test_watchdog_exits_with_the_group() -> None:
     server = subprocess.Popen(["sleep", "60"], start_new_session=True)
     dog = watchdog.watch(server.pid, owner=os.getpid())
