@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from infra.local import watchdog
 
 
@@ -21,35 +23,23 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     return False
 
 
-def test_group_is_killed_when_its_owner_dies() -> None:
+@pytest.mark.parametrize("reaped", [True, False], ids=["owner-reaped", "owner-left-a-zombie"])
+def test_group_is_killed_when_its_owner_dies(reaped: bool) -> None:
+    """Killed hard, no cleanup runs. Left unreaped by its parent (a hung harness), the owner
+    stays a zombie: its pid answers signal 0, yet nothing of it runs any more, and the servers
+    must not wait for a reap that may never come."""
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     server = subprocess.Popen(["sleep", "60"], start_new_session=True)
     dog = watchdog.watch(server.pid, owner=owner.pid)
     try:
         time.sleep(1.0)
         assert server.poll() is None, "killed while its owner was alive"
-        owner.send_signal(signal.SIGKILL)  # the owner is killed hard, no cleanup runs
-        owner.wait()
+        owner.send_signal(signal.SIGKILL)
+        if reaped:
+            owner.wait()
         assert _exited(server, 10.0), "server outlived its owner"
-        dog.wait(5)
-    finally:
-        for p in (owner, server, dog):
-            if p.poll() is None:
-                p.kill()
-
-
-def test_a_zombie_owner_counts_as_dead() -> None:
-    """An owner killed but never reaped by its parent (a hung harness) stays a zombie: its pid
-    answers signal 0, yet nothing of it runs any more. The servers must not wait for a reap."""
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    server = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    dog = watchdog.watch(server.pid, owner=owner.pid)
-    try:
-        time.sleep(1.0)
-        assert server.poll() is None, "killed while its owner was alive"
-        owner.send_signal(signal.SIGKILL)  # not waited for: a zombie until the finally below
-        assert _exited(server, 10.0), "server outlived its zombie owner"
-        assert owner.poll() is not None  # reaped only now: it was a zombie all along
+        if not reaped:
+            assert owner.poll() is not None  # reaped only now: a zombie all along
         dog.wait(5)
     finally:
         for p in (owner, server, dog):
