@@ -13,7 +13,7 @@ from typing import Any
 import click
 import yaml
 
-from controlplane.db import DSN_ENV, resolve_dsn
+from controlplane.db import DSN_ENV, connect_once, resolve_dsn
 
 dsn_option = click.option("--dsn", envvar=DSN_ENV, help=f"PostgreSQL DSN (or ${DSN_ENV}).")
 
@@ -28,6 +28,28 @@ class _Group(click.Group):
         if name == "agent":
             return importlib.import_module("controlplane.agent.cli").agent_cmd
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            reason = _database_unreachable(exc)
+            if reason is None:
+                raise
+            raise click.ClickException(
+                f"cannot reach the database ({reason}): is it running, and is --dsn (or "
+                f"${DSN_ENV}) right?") from exc
+
+
+def _database_unreachable(exc: BaseException) -> str | None:
+    """libpq's first line when ``exc`` is a failed connection (psycopg's own, or wrapped by
+    SQLAlchemy in `migrate`), else None: a command then fails in one line, not a traceback."""
+    import psycopg
+
+    cause = getattr(exc, "orig", None) or exc
+    if not isinstance(cause, psycopg.OperationalError) or cause.sqlstate is not None:
+        return None  # a server's answer (sqlstate set) is not about reaching it
+    return str(cause).strip().splitlines()[0]
 
 
 @click.group(cls=_Group)
@@ -59,8 +81,6 @@ def group() -> None:
 def migrate(dsn: str | None, token_envs: tuple[str, ...], release_name: str | None,
             allow_downgrade: bool) -> None:
     """Apply the schema migrations (idempotent; replicas may run it at once)."""
-    import psycopg
-
     from controlplane.db import migrate as run_migrate
     from controlplane.store.auth import seed as run_seed
 
@@ -76,7 +96,7 @@ def migrate(dsn: str | None, token_envs: tuple[str, ...], release_name: str | No
     head = run_migrate(resolve_dsn(dsn), release_name, allow_downgrade=allow_downgrade)
     click.echo(f"schema at revision {head}")
     if tokens:
-        with psycopg.connect(resolve_dsn(dsn)) as conn:
+        with connect_once(resolve_dsn(dsn)) as conn:
             try:
                 # queues: [] so no queue is touched (seed's default would reset "default").
                 run_seed(conn, {"queues": [], "agent_tokens": tokens})
@@ -91,8 +111,6 @@ def migrate(dsn: str | None, token_envs: tuple[str, ...], release_name: str | No
               required=True, help="YAML/JSON with projects, queues, agent/admin tokens.")
 def seed(dsn: str | None, path: Path) -> None:
     """Create projects, queues and tokens (idempotent)."""
-    import psycopg
-
     from controlplane.store.auth import seed as run_seed
 
     try:
@@ -104,7 +122,7 @@ def seed(dsn: str | None, path: Path) -> None:
     unknown = set(data) - {"projects", "queues", "agent_tokens", "admin_tokens"}
     if unknown:
         raise click.ClickException(f"{path}: unknown keys {sorted(unknown)}")
-    with psycopg.connect(resolve_dsn(dsn)) as conn:
+    with connect_once(resolve_dsn(dsn)) as conn:
         try:
             counts = run_seed(conn, data)
         except (KeyError, ValueError) as exc:
@@ -240,11 +258,9 @@ def _parse_ttl(value: str) -> timedelta:
                    "up in logs.")
 def token_issue(dsn: str | None, role: str, project: str | None, ttl: str, out: Path) -> None:
     """Issue a new token; print its id and expiry (JSON), write the token to --out."""
-    import psycopg
-
     from controlplane.store.auth import issue
 
-    with psycopg.connect(resolve_dsn(dsn)) as conn:
+    with connect_once(resolve_dsn(dsn)) as conn:
         try:
             value, row = issue(conn, role, project=project, ttl=_parse_ttl(ttl))
         except ValueError as exc:
@@ -260,12 +276,10 @@ def token_issue(dsn: str | None, role: str, project: str | None, ttl: str, out: 
               default=None, help="Revoke the token held in this file.")
 def token_revoke(dsn: str | None, token_id: str | None, token_file: Path | None) -> None:
     """Revoke a token now; every API replica refuses it within its --token-cache-seconds."""
-    import psycopg
-
     from controlplane.store.auth import revoke
 
     held = token_file.read_text().strip() if token_file else None
-    with psycopg.connect(resolve_dsn(dsn)) as conn:
+    with connect_once(resolve_dsn(dsn)) as conn:
         try:
             ids = revoke(conn, token_id_prefix=token_id, token=held)
         except ValueError as exc:
@@ -280,11 +294,9 @@ def token_revoke(dsn: str | None, token_id: str | None, token_file: Path | None)
 @dsn_option
 def token_list(dsn: str | None) -> None:
     """Every token: id, role, project, created, expires, revoked, status (never the token)."""
-    import psycopg
-
     from controlplane.store.auth import list_tokens
 
-    with psycopg.connect(resolve_dsn(dsn)) as conn:
+    with connect_once(resolve_dsn(dsn)) as conn:
         for row in list_tokens(conn):
             click.echo(json.dumps(row))
 

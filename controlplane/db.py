@@ -81,6 +81,22 @@ async def _check_if_idle(conn: psycopg.AsyncConnection) -> None:
 CONNECT_TIMEOUT = 2
 
 
+# One-shot commands (migrate, seed, token ...): without connect_timeout libpq waits for ever on
+# a database that accepts the TCP connection and never answers (a stopped server, a blackholed
+# route). Longer than the servers' bound: an operator's command may cross a VPN to a cloud
+# database, and nothing else waits behind it.
+ONE_SHOT_CONNECT_TIMEOUT = 10
+
+
+def connect_once(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection for a one-shot command, bounded in time unless the DSN or PGCONNECT_TIMEOUT
+    already says how long to wait (the user's setting wins)."""
+    if ("connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn)
+            and not os.environ.get("PGCONNECT_TIMEOUT")):
+        kwargs.setdefault("connect_timeout", ONE_SHOT_CONNECT_TIMEOUT)
+    return psycopg.connect(dsn, **kwargs)
+
+
 def make_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnectionPool:
     return AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
@@ -142,7 +158,7 @@ def migrate(dsn: str, release: str | None = None, *, allow_downgrade: bool = Fal
     target = release_target(script, release)
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn),
+    engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: connect_once(dsn),
                                       poolclass=sqlalchemy.pool.NullPool)
     with engine.connect() as conn:
         conn.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})")
