@@ -94,6 +94,15 @@ def idle_cmd(name: str, home: Path | None, seconds: float, rounds: int, settle: 
         json_out.write_text(json.dumps(figures, indent=2))
 
 
+def missing_parts(info: Mapping[str, Any]) -> list[str]:
+    """What the environment described by ``info`` (its env.json) runs without, of the control
+    plane and its agents: an idle figure without them would look better than the real one."""
+    cp = info.get("controlplane") or {}
+    if not cp.get("included"):
+        return ["the control plane (API, reconciler)", "agents"]
+    return [] if cp.get("agents") and info.get("agents") else ["agents"]
+
+
 def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, settle: float,
                  say: Callable[[str], None]) -> dict[str, Any]:
     """The idle figures of the local environment `name` (brought up and down if it is not up)."""
@@ -122,9 +131,13 @@ def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, s
         names = sorted({n for r in results for n in r} - {"total"})
         per = {n: statistics.median(r.get(n, 0.0) for r in results) for n in names}
         everything = procs.marked_processes(env.state_dir)
+        missing = missing_parts(env.info or {})
         figures: dict[str, Any] = {
             "seconds_per_round": seconds,
             "rounds": rounds,
+            # the figure is the whole environment's only when nothing is missing from it
+            "whole_environment": not missing,
+            "missing": missing,
             "idle_cpu_percent_of_one_core": statistics.median(r["total"] for r in results),
             "idle_cpu_percent_by_component": dict(sorted(per.items(), key=lambda kv: -kv[1])),
             "processes": len(everything),
@@ -138,5 +151,7 @@ def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, s
         say(f"  {pct:5.1f} %  {comp}")
     say(f"idle: {figures['idle_cpu_percent_of_one_core']:.1f} % of one core (median of "
         f"{rounds} x {seconds:.0f} s), {figures['processes']} processes, "
-        f"PSS {figures['pss_mib']} MiB")
+        f"PSS {figures['pss_mib']} MiB" + (
+            "" if figures["whole_environment"] else
+            f"; NOT the whole environment: it runs without {', '.join(figures['missing'])}"))
     return figures

@@ -90,11 +90,19 @@ def state_dir_for(name: str, home: Path | None = None) -> Path:
 
 
 def controlplane_commands() -> set[str]:
-    """Which `gameday controlplane` subcommands exist in this checkout."""
+    """Which `gameday controlplane` subcommands exist in this checkout.
+
+    Only a checkout without the control plane has none: a control plane whose CLI fails to
+    import is an error, not an environment quietly started without its API, reconciler and
+    agents (which then measured and passed as if it were whole)."""
     try:
         module = importlib.import_module("controlplane.cli")
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("controlplane", "controlplane.cli"):
+            raise EnvError(f"the control plane cannot be imported: {exc}") from exc
         return set()
+    except ImportError as exc:
+        raise EnvError(f"the control plane cannot be imported: {exc}") from exc
     group = getattr(module, "group", None)
     if not isinstance(group, click.Group):
         return set()

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gameday.bench_idle import OTHER, core_percent, measure_idle, measure_round, owners, spent
+from gameday.bench_idle import (
+    OTHER,
+    core_percent,
+    measure_idle,
+    measure_round,
+    missing_parts,
+    owners,
+    spent,
+)
 from infra.local import env as env_module
 from infra.local import procs
 
@@ -69,6 +77,8 @@ class FakeEnvironment:
         self.state_dir = home / ".gameday" / "envs" / name
         self.components: list[str] = []
         self.running, self.ups, self.downs = running, 0, []  # type: ignore[var-annotated]
+        self.info: dict[str, object] = {"controlplane": {"included": True, "agents": True},
+                                        "agents": [{"name": "cpu-1"}]}
 
     def is_running(self) -> bool:
         return self.running
@@ -104,3 +114,45 @@ def test_only_an_environment_the_benchmark_created_is_purged(
                            say=lambda _: None)
     assert (made[0].ups, made[0].downs) == (ups, downs)
     assert figures["rounds"] == 1
+
+
+def test_missing_parts_names_what_an_environment_runs_without() -> None:
+    whole = {"controlplane": {"included": True, "agents": True}, "agents": [{"name": "cpu-1"}]}
+    assert missing_parts(whole) == []
+    assert missing_parts({**whole, "agents": []}) == ["agents"]
+    assert missing_parts({**whole, "controlplane": {"included": True, "agents": False}}) == ["agents"]
+    assert missing_parts({**whole, "controlplane": {"included": False}}) == [
+        "the control plane (API, reconciler)", "agents"]
+    assert missing_parts({}) == ["the control plane (API, reconciler)", "agents"]  # no env.json
+
+
+def test_an_environment_without_its_control_plane_is_not_reported_as_the_whole(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An up without the control plane measured 5.7 % and 23 processes, against about 10 % and
+    46 for the whole environment: a figure that reads as a target met."""
+    def fake(name: str, home: Path | None) -> FakeEnvironment:
+        env = FakeEnvironment(name, home, running=True)
+        env.info = {"controlplane": {"included": False, "agents": False}, "agents": []}
+        return env
+    monkeypatch.setattr(env_module, "LocalEnvironment", fake)
+    said: list[str] = []
+    figures = measure_idle("local", tmp_path, seconds=0.05, rounds=1, settle=0.0, say=said.append)
+    assert figures["whole_environment"] is False
+    assert figures["missing"] == ["the control plane (API, reconciler)", "agents"]
+    assert "NOT the whole environment" in said[-1]
+
+
+def test_a_control_plane_that_fails_to_import_stops_env_up_instead_of_being_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI imported against an older controlplane.db (a checkout changed under a running
+    process) raised ImportError, and `env up` started without API, reconciler or agents."""
+    def broken(name: str) -> object:
+        raise ImportError("cannot import name 'connect_once' from 'controlplane.db'")
+    monkeypatch.setattr(env_module.importlib, "import_module", broken)
+    with pytest.raises(env_module.EnvError, match="control plane cannot be imported.*connect_once"):
+        env_module.controlplane_commands()
+
+    def absent(name: str) -> object:  # a checkout without the control plane: none, as before
+        raise ModuleNotFoundError(f"No module named {name!r}", name="controlplane")
+    monkeypatch.setattr(env_module.importlib, "import_module", absent)
+    assert env_module.controlplane_commands() == set()
