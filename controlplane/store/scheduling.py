@@ -81,6 +81,12 @@ async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str,
     }
 
 
+def _room(dests: dict[str, Destination]) -> bool:
+    """Whether any destination could take an operation now: every operation needs at least
+    one cpu slot (models.Resources) on a destination that is up (routing.route)."""
+    return any(d.alive and not d.breaker_open and d.free_cpu >= 1 for d in dests.values())
+
+
 def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, bool], ...]:
     """What blocked work's eligibility depends on: which agents exist, are up, and are open."""
     return tuple(sorted((d.name, d.alive, d.breaker_open) for d in dests.values()))
@@ -113,6 +119,18 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             sweep, after = True, None  # eligibility may have changed for every blocked op
         else:
             sweep, after = blocked_after is not None, blocked_after
+        # With no free slot on any destination that is up, nothing can be dispatched, and a
+        # queued operation would only be routed again to the same wait: read just the new
+        # (accepted) work then. Re-reading the whole backlog on every wake-up cost 40 ms per
+        # pass at 500 queued, so a backlog made every operation dearer (docs/performance.md).
+        # Only while the fleet is the one the last pass saw: a change may block queued work
+        # (and the reconciler forgets the fleet every blocked_recheck_seconds, so a queued
+        # operation's stated reason is never older than that).
+        same_fleet = fleet == last_fleet
+        # literal states, not a parameter: the planner can then use the partial index
+        # operations_waiting, whose predicate it must prove from the query text
+        wanted = ("o.state = 'accepted'" if same_fleet and not _room(dests)
+                  else "o.state IN ('accepted', 'queued')")
         async with conn.cursor(row_factory=dict_row) as c:
             await c.execute("SELECT name, concurrency FROM queues")
             limits = {r["name"]: r["concurrency"] for r in await c.fetchall()}
@@ -123,7 +141,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                 f"""SELECT {columns.of("operations", "o")},
                           extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
-                   WHERE o.state IN ('accepted', 'queued')
+                   WHERE {wanted}
                    ORDER BY q.priority DESC, o.priority DESC, o.created_at
                    LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
             ops = await c.fetchall()
@@ -146,6 +164,9 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                      "id": after[3] if after else None, "n": batch})
                 blocked = await c.fetchall()
         for op in [*ops, *blocked]:
+            if op["state"] == OpState.QUEUED and same_fleet and not _room(dests):
+                stats.waiting += 1  # as above: the fleet filled up during this pass
+                continue
             await _place(conn, op, dests, limits, active, stats, lease_seconds)
     last = blocked[-1] if len(blocked) >= batch else None
     resume = (last["nq"], last["no"], last["created_at"], last["id"]) if last else None

@@ -106,3 +106,69 @@ def test_blocked_backlog_never_starves_new_work_and_is_swept_in_batches(pg_dsn: 
             assert st.blocked == 0 and cursor is None
 
     asyncio.run(run())
+
+
+def test_a_full_fleet_leaves_queued_work_alone_but_admits_new_work_and_fills_a_freed_slot(
+        pg_dsn: str) -> None:
+    """With no free slot anywhere and the fleet unchanged, a pass reads only new (accepted)
+    work: the queued backlog is neither re-read nor re-routed. A freed slot goes to the
+    oldest queued operation, and a changed fleet routes the backlog again."""
+    from controlplane.store import agents as agent_store
+    from controlplane.store import scheduling
+
+    project = _seed(pg_dsn)
+    spec = {"name": "x", "queue": "default", "priority": 0, "max_retries": 0,
+            "timeout_seconds": 10, "workload": {"image": "a:1"}}
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            async def submit(key: str) -> str:
+                res = await operations.submit(conn, project_id=project, key=key, spec=spec,
+                                              actor="t")
+                return str(res.operation["id"])
+
+            async def state(op_id: str) -> tuple[str, str]:
+                row = await operations.get(conn, op_id, None)
+                return row["state"], row["state_reason"]
+
+            async def schedule(fleet: tuple | None) -> tuple[scheduling.PassStats, tuple]:
+                st, fleet, _ = await scheduling.schedule(conn, alive_seconds=30,
+                                                         lease_seconds=60, last_fleet=fleet)
+                return st, fleet
+
+            await agent_store.register(conn, {"name": "a1", "pool": "cpu", "zone": "z",
+                                              "region": "r", "capabilities": {"cpu_slots": 1}})
+            first = await submit("first")
+            st, fleet = await schedule(None)
+            assert len(st.dispatched) == 1 and (await state(first))[0] == "dispatched"
+            backlog = [await submit(f"q{i}") for i in range(3)]
+            st, fleet = await schedule(fleet)  # admitted: queued, with the reason
+            assert st.waiting == 3 and not st.dispatched
+            for op_id in backlog:
+                assert (await state(op_id))[0] == "queued"
+            # marks what a pass re-routes (it would write the real reason back)
+            await conn.execute("UPDATE operations SET state_reason = 'marked' WHERE id = ANY(%s)",
+                               (backlog,))
+            new = await submit("new")
+            st, fleet = await schedule(fleet)
+            assert (st.waiting, st.dispatched) == (1, [])  # only the new one was routed
+            got = await state(new)
+            assert got[0] == "queued" and "waiting for capacity" in got[1], got
+            assert [await state(o) for o in backlog] == [("queued", "marked")] * 3
+            # the slot frees: the oldest queued operation takes it, in this very pass
+            await conn.execute("UPDATE attempts SET state = 'succeeded', finished_at = now()"
+                               " WHERE operation_id = %s", (first,))
+            st, fleet = await schedule(fleet)
+            assert len(st.dispatched) == 1
+            assert (await state(backlog[0]))[0] == "dispatched"
+            # full again: the rest were not routed again after the slot was taken
+            assert [await state(o) for o in backlog[1:]] == [("queued", "marked")] * 2
+            # a fleet the pass has not seen (None: the reconciler's periodic re-check, or an
+            # agent that came, went or tripped its breaker) routes the whole backlog again
+            st, fleet = await schedule(None)
+            assert not st.dispatched
+            for op_id in [*backlog[1:], new]:
+                got = await state(op_id)
+                assert got[0] == "queued" and "waiting for capacity" in got[1], got
+
+    asyncio.run(run())
