@@ -82,9 +82,14 @@ async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str,
 
 
 def _room(dests: dict[str, Destination]) -> bool:
-    """Whether any destination could take an operation now: every operation needs at least
-    one cpu slot (models.Resources) on a destination that is up (routing.route)."""
-    return any(d.alive and not d.breaker_open and d.free_cpu >= 1 for d in dests.values())
+    """Whether any destination could take an operation now (models.Resources, routing.route):
+    every operation needs a cpu slot on a destination that is up and not in a reserved pool
+    (which never runs work: a control-plane node's slots are always free), and an accelerator
+    destination takes only work that needs one of its accelerators."""
+    return any(d.alive and not d.breaker_open and d.free_cpu >= 1
+               and d.pool not in routing.RESERVED_POOLS
+               and (d.accelerator_count == 0 or d.free_accelerators >= 1)
+               for d in dests.values())
 
 
 def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, bool], ...]:

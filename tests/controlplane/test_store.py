@@ -138,9 +138,21 @@ def test_a_full_fleet_leaves_queued_work_alone_but_admits_new_work_and_fills_a_f
 
             await agent_store.register(conn, {"name": "a1", "pool": "cpu", "zone": "z",
                                               "region": "r", "capabilities": {"cpu_slots": 1}})
+            # a control-plane node: free slots that never take work, as in every real fleet
+            await agent_store.register(conn, {"name": "sys", "pool": "system", "zone": "z",
+                                              "region": "r", "capabilities": {"cpu_slots": 4}})
+            # and a GPU node with free cpu slots but its one GPU busy: nothing it may take fits
+            await agent_store.register(conn, {"name": "g1", "pool": "gpu", "zone": "z",
+                                              "region": "r", "capabilities": {
+                                                  "cpu_slots": 4, "accelerator_type": "t4",
+                                                  "accelerator_count": 1}})
+            gpu = await operations.submit(
+                conn, project_id=project, key="gpu", actor="t",
+                spec={**spec, "resources": {"accelerator": {"type": "t4", "count": 1}}})
             first = await submit("first")
             st, fleet = await schedule(None)
-            assert len(st.dispatched) == 1 and (await state(first))[0] == "dispatched"
+            assert len(st.dispatched) == 2 and (await state(first))[0] == "dispatched"
+            assert (await state(str(gpu.operation["id"])))[0] == "dispatched"
             backlog = [await submit(f"q{i}") for i in range(3)]
             st, fleet = await schedule(fleet)  # admitted: queued, with the reason
             assert st.waiting == 3 and not st.dispatched
