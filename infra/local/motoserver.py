@@ -1,28 +1,41 @@
-"""The local S3 API server: moto's own server with one lookup memoized.
+"""The local S3 API server: moto's application, served with keep-alive, one lookup memoized.
 
 ``python -m infra.local.motoserver -H 127.0.0.1 -p PORT`` serves what ``moto_server`` serves
-(the same application, werkzeug's threaded server, moto's request handler), except that the
-dispatcher remembers which backend answers a host. moto 5.2 works that out on every request,
-twice, under a global lock, by listing its package directory (about 180 ``stat`` calls) and
-then trying the backends' URL patterns in turn: measured on this machine, 36 % of the CPU of an
-S3 PUT or GET (docs/local-environment.md, "The S3 API server"). The answer depends only on the
-host and on moto's installed files, so it never changes while the server runs.
+(the same application and request handling), with two differences measured on this machine
+(docs/local-environment.md, "The S3 API server"):
+
+* The dispatcher remembers which backend answers a host. moto 5.2 works that out on every
+  request, twice, under a global lock, by listing its package directory (about 180 ``stat``
+  calls) and then trying the backends' URL patterns in turn: 36 % of the CPU of an S3 PUT or
+  GET. The answer depends only on the host and on moto's installed files.
+* It is served by gevent's WSGI server (one thread, a greenlet per connection, HTTP/1.1
+  keep-alive) instead of werkzeug's development server, which answers every request with
+  ``Connection: close`` and starts a thread per connection: each S3 call of an agent or a
+  workload then paid a TCP connection of its own on both sides.
+
+gevent's monkey-patching is applied only when this file runs as the server process, never
+when another process imports it (for ``command()``).
 """
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before moto and werkzeug load threading, socket and ssl
+    from gevent import monkey
+
+    monkey.patch_all()
+
 import argparse
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
+from gevent.pywsgi import WSGIHandler, WSGIServer
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
-    MotoRequestHandler,
     create_backend_app,
 )
-from werkzeug.serving import run_simple
 
 _UNSET = object()
 _MAX_HOSTS = 1024  # hosts come from requests: the memo stays bounded whatever they send
@@ -45,18 +58,25 @@ class MemoizedDispatcher(DomainDispatcherApplication):
         return backend
 
 
-class QuietRequestHandler(MotoRequestHandler):
-    """moto's request handler, logging a request line only for an error answer (>= 400).
+class QuietHandler(WSGIHandler):
+    """A request line is logged only for an error answer (>= 400): six lines per short
+    operation of the local runtime would make a log that grows for as long as the environment
+    runs. Errors of the server itself still go to stderr."""
 
-    werkzeug logs one line per request through `logging`: six lines per short operation of
-    the local runtime, a log that grows for as long as the environment runs, and about 7 % of
-    the server's CPU per request (2.37 against 2.20 ms, medians of 3 runs of 600 requests on
-    2026-12-02). A failed request is still logged, and so is every error werkzeug reports."""
+    def log_request(self) -> None:
+        if isinstance(self.code, int) and self.code >= 400:
+            super().log_request()
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        if isinstance(code, int) and code < 400:
-            return
-        super().log_request(code, size)
+
+class KeepAliveServer(WSGIServer):
+    handler_class = QuietHandler
+
+    def handle(self, sock: socket.socket, address: Any) -> None:
+        # Without TCP_NODELAY a kept-alive connection waits ~40 ms per request: the response's
+        # body is held back (Nagle) until the client acknowledges its headers, and the client
+        # delays that acknowledgement.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().handle(sock, address)
 
 
 def command(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -65,17 +85,22 @@ def command(port: int, host: str = "127.0.0.1") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import gevent
+
     p = argparse.ArgumentParser(prog="python -m infra.local.motoserver", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-H", "--host", default="127.0.0.1", help="address to bind")
     p.add_argument("-p", "--port", type=int, required=True, help="port to listen on")
     args = p.parse_args(argv)
-    # as moto_server: its port for the URLs moto writes, a SIGTERM is a clean exit, debug on
+    # as moto_server: its port for the URLs moto writes, debug on
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     app = MemoizedDispatcher(create_backend_app)
     app.debug = True  # type: ignore[attr-defined]
-    run_simple(args.host, args.port, app, threaded=True, request_handler=QuietRequestHandler)
+    # SERVER_NAME given: gevent would otherwise look the address up in DNS when it starts
+    server = KeepAliveServer((args.host, args.port), app, environ={"SERVER_NAME": args.host})
+    # SIGTERM is a clean exit, as for moto_server; open keep-alive connections are closed
+    gevent.signal_handler(signal.SIGTERM, server.stop, 1)
+    server.serve_forever()
     return 0
 
 

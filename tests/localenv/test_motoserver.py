@@ -4,6 +4,7 @@ and serves S3 end to end."""
 
 from __future__ import annotations
 
+import http.client
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,31 @@ def test_serves_s3(tmp_path: Path) -> None:
             store.get("a/missing.json")
     finally:
         proc.stop()
-    # request lines only for error answers (QuietRequestHandler): the 404, not the 200s
+    # request lines only for error answers (QuietHandler): the 404, not the 200s
     lines = [x for x in proc.log.read_text().splitlines() if '" ' in x and "HTTP/1" in x]
     assert [x for x in lines if "missing.json" in x and '" 404 ' in x], lines
     assert not [x for x in lines if '" 200 ' in x], lines
+
+
+def test_keeps_connections_alive_and_stops_with_one_open(tmp_path: Path) -> None:
+    """Requests of one client share a TCP connection (werkzeug's server closed it after every
+    answer), and SIGTERM still ends the server at once while a client holds a connection."""
+    port = free_port()
+    proc = spawn("moto", motoserver.command(port), tmp_path)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/moto-api/", proc, 30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("PUT", "/kept-alive")
+        first = conn.getresponse()
+        first.read()
+        sock = conn.sock
+        conn.request("PUT", "/kept-alive/key", body=b"x")
+        second = conn.getresponse()
+        second.read()
+        assert (first.status, second.status) == (200, 200)
+        assert first.getheader("Connection", "").lower() != "close"
+        assert sock is not None and conn.sock is sock, "the second request needed a new connection"
+        proc.popen.terminate()
+        assert proc.popen.wait(timeout=5) == 0
+    finally:
+        proc.stop()
