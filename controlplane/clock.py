@@ -47,6 +47,9 @@ RECHECK_SECONDS = 0.2
 
 log = logging.getLogger("controlplane.clock")
 
+# warnings gathered under the lock, logged after it: (format, args, extra)
+_Said = list[tuple[str, tuple[object, ...], dict[str, object] | None]]
+
 
 class _Offset:
     """The offset read from one file, re-read when the file changes."""
@@ -64,23 +67,31 @@ class _Offset:
         now = time.monotonic()
         if now - self._checked < RECHECK_SECONDS:
             return self._seconds
+        said: _Said = []
         with self._lock:
             self._checked = now
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
-                self._set(0.0, None, "file removed")
-                return self._seconds
-            except OSError as exc:
-                log.warning("%s: cannot stat clock offset file: %s; keeping %+.3fs",
-                            self.path, exc, self._seconds)
-                return self._seconds
-            stamp = (st.st_mtime_ns, st.st_size)
-            if stamp != self._stamp:
-                self._set(self._read(), stamp, "file changed")
+            self._refresh(said)
+        # Logged only once the lock is released: a JSON log line is stamped with this clock
+        # (logs.py), so logging under the lock would wait on the lock itself for good.
+        for msg, args, extra in said:
+            log.warning(msg, *args, extra=extra)
         return self._seconds
 
-    def _read(self) -> float:
+    def _refresh(self, said: _Said) -> None:
+        try:
+            st = os.stat(self.path)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            self._set(0.0, None, "file removed", said)
+            return
+        except OSError as exc:
+            said.append(("%s: cannot stat clock offset file: %s; keeping %+.3fs",
+                         (self.path, exc, self._seconds), None))
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            self._set(self._read(said), stamp, "file changed", said)
+
+    def _read(self, said: _Said) -> float:
         try:
             with open(self.path) as f:  # type: ignore[arg-type]
                 value = json.load(f)["offset_seconds"]
@@ -89,14 +100,15 @@ class _Offset:
             return float(value)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # a half-written or broken file must not stop the process: keep the last offset
-            log.warning("%s: unusable clock offset file (%s); keeping %+.3fs", self.path, exc,
-                        self._seconds)
+            said.append(("%s: unusable clock offset file (%s); keeping %+.3fs",
+                         (self.path, exc, self._seconds), None))
             return self._seconds
 
-    def _set(self, seconds: float, stamp: tuple[int, int] | None, why: str) -> None:
+    def _set(self, seconds: float, stamp: tuple[int, int] | None, why: str,
+             said: _Said) -> None:
         if seconds != self._seconds:
-            log.warning("wall clock offset now %+.3fs (%s: %s)", seconds, why, self.path,
-                        extra={"action": "clock_offset", "offset_seconds": seconds})
+            said.append(("wall clock offset now %+.3fs (%s: %s)", (seconds, why, self.path),
+                         {"action": "clock_offset", "offset_seconds": seconds}))
         self._seconds, self._stamp = seconds, stamp
 
 

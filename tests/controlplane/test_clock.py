@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from controlplane import clock, defects
+from controlplane import clock, defects, logs
 from controlplane.store import agents as agent_store
 from controlplane.store import auth, operations, scheduling
 
@@ -78,6 +80,41 @@ def test_monotonic_time_is_never_offset(offset_file: Path) -> None:
     _write(offset_file, {"offset_seconds": -3600})
     assert clock.offset() == -3600.0
     assert not hasattr(clock, "monotonic")
+
+
+def test_a_change_is_logged_as_json_lines_stamped_by_this_clock_without_deadlock(
+        offset_file: Path) -> None:
+    """The API and the reconciler log through logs.JsonFormatter, which reads this clock: a
+    change logged while the clock held its lock waited on that lock for good (a CI run hung)."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Collect()
+    handler.setFormatter(logs.JsonFormatter())
+    clock.log.addHandler(handler)
+    readings: list[float] = []
+
+    def change() -> None:
+        for body in ({"offset_seconds": 30}, "{not json", {"offset_seconds": -30}):
+            _write(offset_file, body)
+            readings.append(clock.offset())
+
+    try:
+        worker = threading.Thread(target=change, daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert not worker.is_alive(), "clock.offset() deadlocked while logging a change"
+    finally:
+        clock.log.removeHandler(handler)
+    assert readings == [30.0, 30.0, -30.0]
+    said = [json.loads(line) for line in lines]
+    assert [x["message"].split(" (")[0] for x in said] == [
+        "wall clock offset now +30.000s", f"{offset_file}: unusable clock offset file",
+        "wall clock offset now -30.000s"]
+    assert said[0]["action"] == "clock_offset" and said[0]["offset_seconds"] == 30
 
 
 # --------------------------------------------------------------------------- leases on the database
