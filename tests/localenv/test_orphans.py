@@ -41,7 +41,11 @@ def test_only_a_database_whose_state_directory_is_gone_and_unused_is_removed(
                                                      procs.MARKER_VAR: str(running_gone)})
     try:
         said: list[str] = []
-        assert orphans.remove_orphans(root, said.append) == [orphan]
+        removed = orphans.remove_orphans(root, said.append)
+        # once failed in a parallel CI-like run without its cause recorded: say what was seen
+        assert removed == [orphan], (said, sleeper.poll(),
+                                     procs.marked_processes(running_gone), procs.read_stat(
+                                         sleeper.pid))
         assert [x.name for x in sorted(root.iterdir())] == [
             "local-in-use", "local-kept", "local-unowned"]
         assert kept.exists() and in_use.exists() and unowned.exists()
