@@ -56,7 +56,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.pool = make_pool(settings.dsn, max_size=settings.pool_max)
     app.state.tokens = TokenCache(settings.token_cache_seconds)
     app.state.write_behind = WriteBehind()
-    app.state.group_commit = GroupCommit(lambda: app.state.pool)
+    app.state.group_commit = GroupCommit(lambda: app.state.pool,
+                                         window=settings.submit_gather_ms / 1000)
     app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
     app.add_middleware(MetricsMiddleware)
     errors.install(app)

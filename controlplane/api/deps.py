@@ -29,6 +29,9 @@ class Settings:
     token_cache_seconds: float = 30.0
     pool_max: int = 10
     retry_base_seconds: float = 1.0
+    # under a steady stream of submissions, gather each commit group this long at most
+    # (api/group_commit.py); 0: commit what is waiting at once
+    submit_gather_ms: float = 5.0
     # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
     # (write-behind every few seconds). It exists so the harness can prove it sees lost
     # acknowledged work: the api-replica-loss game day must fail its durability objective.

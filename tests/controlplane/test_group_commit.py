@@ -142,3 +142,49 @@ def test_a_failed_group_fails_each_of_its_requests_and_the_next_group_runs(
     assert calls[0] == 10 and len(first) == 10
     assert all(isinstance(e, StoreUnavailable) and "closed" in str(e) for e in first)
     assert after.operation == {"key": "next"} and calls == [10, 1]
+
+
+def _spaced(gc: GroupCommit, n: int, gap: float) -> Any:
+    async def run() -> list[SubmitResult]:
+        tasks = []
+        for i in range(n):
+            tasks.append(asyncio.create_task(gc.submit(SubmitItem("p", f"k{i}", {}, "a"))))
+            await asyncio.sleep(gap)
+        return await asyncio.gather(*tasks)
+    return run()
+
+
+def test_a_steady_stream_gathers_fuller_groups_and_a_lone_request_waits_for_nobody(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gather window: at a rate where groups of one or two would form, it makes them several
+    times fuller (the CPU per submission falls); after an idle spell, no gather at all."""
+    from controlplane.api import group_commit
+
+    sizes: dict[float, list[int]] = {}
+    for window in (0.0, 0.02):  # wide, so a slow machine's sleeps still make a stream
+        rec = _Recorder()
+        monkeypatch.setattr(group_commit, "submit_many", rec)
+        gc = GroupCommit(lambda: _Pool(), window=window)  # type: ignore[arg-type]
+        out = asyncio.run(_spaced(gc, 150, 0.001))
+        assert [r.operation["key"] for r in out] == [f"k{i}" for i in range(150)]
+        sizes[window] = rec.groups
+    mean = {w: sum(g) / len(g) for w, g in sizes.items()}
+    assert mean[0.02] > 2.5 * mean[0.0], sizes
+
+    gathers: list[int] = []
+    rec = _Recorder()
+    monkeypatch.setattr(group_commit, "submit_many", rec)
+    gc = GroupCommit(lambda: _Pool(), window=0.005)  # type: ignore[arg-type]
+    real = gc._gather
+
+    async def counted() -> None:
+        gathers.append(len(gc._waiting))
+        await real()
+    monkeypatch.setattr(gc, "_gather", counted)
+
+    async def lone() -> list[SubmitResult]:
+        first = await gc.submit(SubmitItem("p", "one", {}, "a"))
+        await asyncio.sleep(0.05)  # idle: two requests 50 ms apart are no stream
+        return [first, await gc.submit(SubmitItem("p", "two", {}, "a"))]
+    assert [r.operation["key"] for r in asyncio.run(lone())] == ["one", "two"]
+    assert gathers == [] and rec.groups == [1, 1]
