@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,14 +15,21 @@ from controlplane.cli import group
 
 
 @pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     import uvicorn
+
+    # the command and app_from_env install the JSON log handler on the root logger, as a
+    # process of their own should; it must not outlive the test in a shared test worker
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
 
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append({"app": app, **kw}))
     monkeypatch.setenv(SETTINGS_ENV, "")  # restored after the test; the command overwrites it
     monkeypatch.setenv("CONTROLPLANE_LOG_LEVEL", "INFO")
-    return calls
+    yield calls
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.mark.parametrize(("args", "window"), [([], 0.005), (["--submit-gather-ms", "0"], 0.0),
