@@ -40,6 +40,12 @@ KNOWN: dict[str, str] = {
                                     "identity: a retry after a lost response registers twice",
     "release-after-failed-check": "a pipeline's release step runs although an upstream check "
                                   "failed",
+    "deadline-beyond-lease": "the agent waits for an API answer longer than its lease: one "
+                             "connection that never answers costs the lease",
+    "verify-starves-lease": "the agent reads its artifacts back on the thread that heartbeats: "
+                            "a slow object store lets the lease run out",
+    "storage-retry-no-backoff": "a failed object-store call is retried at once, without "
+                                "backoff: a throttled store gets a storm of requests",
 }
 
 
@@ -64,6 +70,9 @@ WHERE: dict[str, frozenset[str]] = {
     "cache-key-without-data": frozenset({"reconciler"}),  # pipeline progression
     "registration-without-receipt": frozenset({"api"}),  # POST .../side-effects
     "release-after-failed-check": frozenset({"reconciler"}),  # pipeline progression
+    "deadline-beyond-lease": frozenset({"agent"}),
+    "verify-starves-lease": frozenset({"agent"}),
+    "storage-retry-no-backoff": frozenset({"agent"}),  # the workload inherits its agent's env
 }
 
 

@@ -19,8 +19,10 @@ import base64
 import hashlib
 import json
 import logging
+import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -155,15 +157,53 @@ def artifact_prefix(operation_id: str, attempt: int) -> str:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for writes/reads against an unavailable store; deadline None = wait forever."""
+    """Backoff for writes/reads against an unavailable store; deadline None = wait forever.
+
+    Capped exponential backoff with full jitter: the n-th sleep (n from 0) is drawn uniformly
+    from [0, min(max_backoff, initial_backoff * 2**n)]. Without the draw every client that met
+    the same brownout retried in lockstep and hit the store again together."""
 
     initial_backoff: float = 0.2
     max_backoff: float = 2.0
     deadline_seconds: float | None = None
 
+    def cap(self, retry: int) -> float:
+        """The upper bound of the ``retry``-th sleep (0 for the first)."""
+        # exponent bounded: 2.0**1100 overflows, and the cap is reached long before
+        return min(self.max_backoff, self.initial_backoff * 2.0 ** min(retry, 64))
+
+
+def full_jitter(cap: float, draw: float) -> float:
+    """The sleep for a draw in [0, 1): uniform over [0, cap]."""
+    return cap * draw
+
+
+def backoff_sleep(policy: RetryPolicy, retry: int, draw: float, elapsed: float) -> float:
+    """Seconds to wait before the next try: jittered, and never past the deadline, so the last
+    try happens at the deadline instead of up to a whole backoff after it."""
+    sleep = full_jitter(policy.cap(retry), draw)
+    if policy.deadline_seconds is not None:
+        sleep = min(sleep, max(0.0, policy.deadline_seconds - elapsed))
+    return sleep
+
+
+THROTTLED, SERVER_ERROR, UNREACHABLE = "throttled", "server_error", "unreachable"
+_THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests",
+                             "RequestLimitExceeded"})
+
+
+def failure_kind(error: Exception) -> str:
+    """Why a retried call failed: the store asked us to slow down (it is up, and busy), it
+    answered with another 5xx/timeout, or it could not be reached at all."""
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        return THROTTLED if code in _THROTTLE_CODES else SERVER_ERROR
+    return UNREACHABLE
+
 
 RetryListener = Callable[[str, int, Exception], None]
-"""Called as (key, attempt_number, error) before each backoff sleep: lets callers report a pause."""
+"""Called as (key, attempt_number, error) before each backoff sleep: lets callers report a pause.
+``failure_kind(error)`` tells throttling from unreachability."""
 
 
 @dataclass
@@ -172,6 +212,14 @@ class ObjectStore:
     bucket: str
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     on_retry: RetryListener | None = None
+    # SystemRandom by default: it keeps no state, so processes forked from one parent (the
+    # warm parent's attempts) never draw the same sleeps, as copies of a seeded Random would.
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    # Retries so far by failure_kind(): throttled / server_error / unreachable (a tally: threads
+    # sharing one store may lose an increment now and then).
+    retry_counts: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def from_config(
@@ -181,8 +229,7 @@ class ObjectStore:
         return cls(make_s3_client(config), config.bucket, retry or RetryPolicy(), on_retry)
 
     def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
-        started = time.monotonic()
-        backoff = self.retry.initial_backoff
+        started = self.clock()
         attempt = 0
         while True:
             attempt += 1
@@ -194,18 +241,25 @@ class ObjectStore:
                     raise ObjectMissing(f"{what}: {code}") from exc
                 status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
                 if status < 500 and code not in ("SlowDown", "RequestTimeout"):
-                    raise StorageError(f"{what}: {code}: {exc}") from exc  # 4xx: retrying won't help
+                    # 4xx: retrying won't help
+                    raise StorageError(f"{what}: {code}: {exc}") from exc
                 error: Exception = exc
             except BotoCoreError as exc:  # connection refused/timeouts after botocore's own retries
                 error = exc
+            elapsed = self.clock() - started
             deadline = self.retry.deadline_seconds
-            if deadline is not None and time.monotonic() - started >= deadline:
+            if deadline is not None and elapsed >= deadline:
                 raise StorageUnavailable(f"{what}: gave up after {attempt} tries: {error}") from error
+            kind = failure_kind(error)
+            self.retry_counts[kind] += 1
             if self.on_retry is not None:
                 self.on_retry(what, attempt, error)
-            log.warning("storage %s failed (try %d), retrying in %.1fs: %s", what, attempt, backoff, error)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, self.retry.max_backoff)
+            pause = backoff_sleep(self.retry, attempt - 1, self.rng.random(), elapsed)
+            if defects.enabled("storage-retry-no-backoff"):  # seeded defect: retry at once
+                pause = 0.0
+            log.warning("storage %s failed (try %d, %s), retrying in %.2fs: %s",
+                        what, attempt, kind, pause, error)
+            self.sleep(pause)
 
     def ensure_bucket(self) -> None:
         def create() -> None:

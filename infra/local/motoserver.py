@@ -2,7 +2,7 @@
 
 ``python -m infra.local.motoserver -H 127.0.0.1 -p PORT`` serves what ``moto_server`` serves
 (the same application and request handling), with two differences measured on this machine
-(docs/local-environment.md, "The S3 API server"):
+(docs/local-environment.md, "The S3 API server"), and a brownout that is off until set:
 
 * The dispatcher remembers which backend answers a host. moto 5.2 works that out on every
   request, twice, under a global lock, by listing its package directory (about 180 ``stat``
@@ -12,6 +12,8 @@
   keep-alive) instead of werkzeug's development server, which answers every request with
   ``Connection: close`` and starts a thread per connection: each S3 call of an agent or a
   workload then paid a TCP connection of its own on both sides.
+* ``/_gameday/brownout`` on the same port throttles, fails, delays or slows S3 requests while
+  set (infra/local/s3_brownout.py); healthy, it passes every request to moto unchanged.
 
 gevent's monkey-patching is applied only when this file runs as the server process, never
 when another process imports it (for ``command()``).
@@ -36,6 +38,8 @@ from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     create_backend_app,
 )
+
+from infra.local.s3_brownout import BrownoutMiddleware
 
 _UNSET = object()
 _MAX_HOSTS = 1024  # hosts come from requests: the memo stays bounded whatever they send
@@ -94,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     # as moto_server: its port for the URLs moto writes, debug on
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = MemoizedDispatcher(create_backend_app)
-    app.debug = True  # type: ignore[attr-defined]
+    dispatcher = MemoizedDispatcher(create_backend_app)
+    dispatcher.debug = True  # type: ignore[attr-defined]
+    app = BrownoutMiddleware(dispatcher)
     # SERVER_NAME given: gevent would otherwise look the address up in DNS when it starts
     server = KeepAliveServer((args.host, args.port), app, environ={"SERVER_NAME": args.host})
     # SIGTERM is a clean exit, as for moto_server; open keep-alive connections are closed
