@@ -8,7 +8,8 @@ own validation stops at the first):
 - Chaos Toolkit's ``ensure_experiment_is_valid`` passes (its message kept);
 - every python provider (steady-state probes, method, rollbacks): the module imports, the
   function exists, and the ``arguments`` bind to its signature with the ``configuration`` and
-  ``secrets`` keywords Chaos Toolkit adds;
+  ``secrets`` keywords Chaos Toolkit adds; where the module has ``argument_problems(func,
+  arguments)`` (chaos/gray.py), the values are checked too (a toxic's fields, a rate's range);
 - the ``x-gameday`` extension names a recovery_objective of slo/specs, a runbook of runbooks/
   and declares its blast_radius.
 
@@ -185,8 +186,12 @@ def activity_problems(field: str, activity: Any) -> list[str]:
     if not isinstance(arguments, Mapping):
         return [f"{field}.arguments: a mapping of argument names, not {type(arguments).__name__}"]
     qualname = f"{module_name}.{func_name}"
-    return [f"{field}.arguments{'.' + arg if arg else ''}: {reason}"
-            for arg, reason in binding_problems(inspect.signature(func), arguments, qualname)]
+    problems = binding_problems(inspect.signature(func), arguments, qualname)
+    if not problems:
+        # a provider module may check its parameters' values too (chaos/gray.py: toxics)
+        check = getattr(module, "argument_problems", None)
+        problems = check(func_name, arguments) if callable(check) else []
+    return [f"{field}.arguments{'.' + arg if arg else ''}: {reason}" for arg, reason in problems]
 
 
 def binding_problems(sig: inspect.Signature, arguments: Mapping[str, Any],

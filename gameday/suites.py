@@ -11,7 +11,7 @@ from typing import Any
 import click
 import yaml
 
-from chaos import actions, restore
+from chaos import actions, gray, restore
 from chaos.validate import validate_experiments
 from slo.specs import ENVIRONMENTS
 
@@ -32,10 +32,11 @@ SUITES: dict[str, tuple[str, ...]] = {
 # The upgrade leaves the schema expanded (release N runs on it by design, docs/upgrades.md):
 # last, so every other class runs on the schema it was written for.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
-                  "zone-outage", "telemetry-loss", "pipeline-recovery", "upgrade")
+                  "zone-outage", "telemetry-loss", "pipeline-recovery", "network-gray",
+                  "artifact-store-brownout", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
-FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS)
+FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)
 
 
 class SuiteError(Exception):

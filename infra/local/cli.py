@@ -317,6 +317,87 @@ _fault_command("restore-zone", "Bring ZONE back: heal its routes, start its data
                "API replica and agents.", lambda f, zone: f.restore_zone(zone), "zone")
 
 
+def _attributes(pairs: tuple[str, ...]) -> dict[str, float]:
+    """``--attr latency=200 --attr jitter=50`` -> {"latency": 200.0, "jitter": 50.0}."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{pair!r}: expected NAME=NUMBER", param_hint="--attr")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r}: expected NAME=NUMBER", param_hint="--attr")
+    return out
+
+
+_ATTR = click.Option(["--attr", "attrs"], multiple=True, metavar="NAME=NUMBER",
+                     help="A toxic attribute (repeatable), e.g. latency=200 jitter=50 (ms), "
+                          "rate=64 (KB/s), bytes=1024, timeout=0.")
+_fault_command("toxic-add", "Add a gray network fault (a toxic) to every route of TARGET (a route, "
+               "or the group 'agents' / 'database'): latency, bandwidth, slicer, limit_data, "
+               "reset_peer or timeout (infra/local/toxics.py). It stays until toxic-remove.",
+               lambda f, target, toxic_type, toxic_name, stream, toxicity, attrs: f.network.add(
+                   target, {"name": toxic_name or f"{toxic_type}_{stream}", "type": toxic_type,
+                            "stream": stream, "toxicity": toxicity,
+                            "attributes": _attributes(attrs)}),
+               "target", extra=(
+                   click.Option(["--type", "toxic_type"], required=True,
+                                type=click.Choice(["latency", "bandwidth", "slicer", "limit_data",
+                                                   "reset_peer", "timeout"])),
+                   click.Option(["--toxic", "toxic_name"], default=None,
+                                help="Name of the toxic (default: TYPE_STREAM)."),
+                   click.Option(["--stream"], type=click.Choice(["upstream", "downstream"]),
+                                default="downstream", show_default=True,
+                                help="upstream: client to server; downstream: server to client."),
+                   click.Option(["--toxicity"], type=click.FloatRange(0, 1), default=1.0,
+                                show_default=True, help="Fraction of connections it applies to."),
+                   _ATTR))
+_fault_command("toxic-change", "Change an active toxic NAME on TARGET in place.",
+               lambda f, target, toxic, toxicity, attrs: f.network.update(
+                   target, toxic, toxicity=toxicity, attributes=_attributes(attrs)),
+               "target", extra=(click.Argument(["toxic"]),
+                                click.Option(["--toxicity"], type=click.FloatRange(0, 1)),
+                                _ATTR))
+_fault_command("toxic-remove", "Remove toxic NAME from every route of TARGET.",
+               lambda f, target, toxic: f.network.remove(target, toxic), "target",
+               extra=(click.Argument(["toxic"]),))
+_fault_command("routes", "List the fault proxy's routes with their mode and toxics.",
+               lambda f: {r: f.network.routes_detail()[r] for r in f.network.routes()})
+
+
+def _brownout(error_rate: float, error_code: str, latency_ms: float, jitter_ms: float,
+              bandwidth_kbps: float, methods: str | None) -> dict[str, Any]:
+    return {"error_rate": error_rate, "error_code": error_code, "latency_ms": latency_ms,
+            "jitter_ms": jitter_ms, "bandwidth_kbps": bandwidth_kbps,
+            "methods": [m.strip() for m in methods.split(",")] if methods else None}
+
+
+_fault_command("s3-brownout", "Brown the S3 store out: answer a share of requests with 503 "
+               "SlowDown (or another 5xx), delay answers, cap bandwidth (moto keeps its data). "
+               "A second call while active changes it; s3-brownout-end ends it.",
+               lambda f, baseline_seconds, **kw: f.store.start(
+                   _brownout(**kw), baseline_seconds=baseline_seconds),
+               extra=(
+                   click.Option(["--error-rate"], type=click.FloatRange(0, 1), default=0.0,
+                                show_default=True, help="Share of requests answered an error."),
+                   click.Option(["--error-code"], default="SlowDown", show_default=True,
+                                type=click.Choice(["SlowDown", "InternalError",
+                                                   "ServiceUnavailable"])),
+                   click.Option(["--latency-ms"], type=click.FloatRange(0), default=0.0),
+                   click.Option(["--jitter-ms"], type=click.FloatRange(0), default=0.0),
+                   click.Option(["--bandwidth-kbps"], type=click.FloatRange(0), default=0.0,
+                                help="Cap of response bodies in kilobits/s (0: none)."),
+                   click.Option(["--methods"], default=None, metavar="PUT,GET",
+                                help="Only these HTTP methods (default: all)."),
+                   click.Option(["--baseline-seconds"], type=click.FloatRange(0, 60),
+                                default=0.0, show_default=True,
+                                help="Count the store's requests this long first (the rate "
+                                     "the retry-amplification check compares with).")))
+_fault_command("s3-brownout-end", "End the S3 brownout (the store answers normally again).",
+               lambda f: f.store.end())
+
+
 def _lose_db(f: Any) -> dict[str, Any]:
     from infra.local.backup import DatabaseBackups
 

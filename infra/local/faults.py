@@ -41,7 +41,9 @@ from controlplane.clock import ENV as CLOCK_ENV
 from controlplane.clock import RECHECK_SECONDS as CLOCK_RECHECK_SECONDS
 from infra.local import procs
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
-from infra.timeline import Timeline
+from infra.local.fault_ledger import FaultLedger
+from infra.local.route_toxics import RouteToxics
+from infra.local.store_brownout import StoreBrownout
 
 if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment
@@ -58,37 +60,32 @@ class FaultInjector:
 
     def __init__(self, env: LocalEnvironment) -> None:
         self.env = env
-        self.timeline = Timeline(env.timeline_file)
-        self.active_file = env.state_dir / "faults_active.json"
+        self.ledger = FaultLedger(env.timeline_file, env.state_dir / "faults_active.json")
+        self.timeline = self.ledger.timeline
+        self.active_file = self.ledger.active_file
+        # Fault layers with their own state, each a component of its own: asked to undo what
+        # they did before the process faults below are undone.
+        self.network = RouteToxics(env.endpoints.get("fault_proxy"), self.ledger)
+        moto = env.components.get("moto")
+        self.store = StoreBrownout(f"http://127.0.0.1:{moto.ports['s3']}" if moto else None,
+                                   self.ledger)
+        self.parts = (self.network, self.store)
 
-    # -- bookkeeping ------------------------------------------------------------------------
+    # -- bookkeeping (infra/local/fault_ledger.py) ------------------------------------------
     def active(self) -> dict[str, dict[str, Any]]:
-        try:
-            return json.loads(self.active_file.read_text())
-        except FileNotFoundError:
-            return {}
+        return self.ledger.active()
 
     def begin(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any]:
         """Record that ``fault`` on ``target`` is in effect from now (timeline + active set).
         For fault mechanisms outside this class (e.g. losing the database in backup.py)."""
-        active = self.active()
-        line = self.timeline.record("fault_start", fault, target, details)
-        active[f"{fault}:{target}"] = {"fault": fault, "target": target, "since": line["time"],
-                                       "details": details}
-        self.active_file.write_text(json.dumps(active, indent=2))
-        return line
+        return self.ledger.begin(fault, target, details)
 
     def end(self, fault: str, target: str, details: dict[str, Any]) -> dict[str, Any] | None:
         """Record that the fault is over; None when it was not active (nothing recorded)."""
-        active = self.active()
-        if active.pop(f"{fault}:{target}", None) is None:
-            return None
-        line = self.timeline.record("fault_end", fault, target, details)
-        self.active_file.write_text(json.dumps(active, indent=2))
-        return line
+        return self.ledger.end(fault, target, details)
 
     def is_active(self, fault: str, target: str) -> bool:
-        return f"{fault}:{target}" in self.active()
+        return self.ledger.is_active(fault, target)
 
     def resolve(self, target: str) -> tuple[str, bool]:
         """(component, postgres_only) for a target name or alias."""
@@ -547,7 +544,7 @@ class FaultInjector:
     def close_all(self, reason: str) -> list[str]:
         """Record the end of every active fault and revert the ones that outlive processes,
         without restarting anything (the environment is going down)."""
-        restored = []
+        restored = [key for part in self.parts for key in part.close_all(reason)]
         for key, fault in self.active().items():
             if fault["fault"] in ("artifact_store_unreachable", "registry_unreachable",
                                   "partition_agent", "partition_database"):
@@ -587,6 +584,7 @@ class FaultInjector:
             backups.restore("latest")
             backups.reopen()
             restored.append("database_lost:database")
+        restored += [key for part in self.parts for key in part.restore_all()]
         for key, fault in list(self.active().items()):
             kind, target = fault["fault"], fault["target"]
             if kind in ("kill", "stop"):
