@@ -150,6 +150,10 @@ class ClaimRequest(Strict):
     # the agent's wall clock (epoch seconds) when it sent the request: recorded as the agent's
     # offset from the database's clock, never used for the lease (controlplane/clock.py)
     agent_time: float | None = None
+    # the agent's id of this claim, sent again unchanged when it asks again after a transport
+    # error: what that claim granted comes back instead of its lease running out unused
+    claim_id: str | None = Field(default=None, min_length=1, max_length=64,
+                                 pattern=r"^[A-Za-z0-9_-]+$")
 
 
 class FencedRequest(Strict):

@@ -90,6 +90,23 @@ class TokenFile:
             return self._token
 
 
+# Calls that fit in one lease. An attempt's heartbeats, events and report share one loop, so
+# any call stuck on a connection that never answers (a gray network: accepted, then silence)
+# delays the next heartbeat: each must give up early enough for the heartbeat to be sent
+# again, on a new connection, several times before the lease runs out. Every call of the
+# agent is safe to repeat (heartbeats, spooled events, reports answered as duplicates).
+TRIES_PER_LEASE = 5
+
+
+def call_deadline(lease_seconds: float, default: float | None) -> float:
+    """How long one API call may wait for its answer: a fifth of the lease, at most the
+    client's usual timeout (a long-poll claim adds its wait to this)."""
+    if defects.enabled("deadline-beyond-lease"):  # seeded defect: wait longer than the lease
+        return 2.0 * lease_seconds
+    deadline = lease_seconds / TRIES_PER_LEASE
+    return min(deadline, default) if default else deadline
+
+
 class AgentApi:
     def __init__(self, base_url: str, token: str | TokenFile, *, agent_name: str = "unknown",
                  timeout: float = 3.0, transport: httpx.BaseTransport | None = None) -> None:
@@ -103,6 +120,8 @@ class AgentApi:
             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
             transport=transport,
         )
+        # Set from the lease at registration (call_deadline): None until then.
+        self.deadline: float | None = None
 
     def _bearer(self) -> str:
         return self._token if isinstance(self._token, str) else self._token.get()
@@ -113,7 +132,10 @@ class AgentApi:
     def _post(self, path: str, body: dict[str, Any], *, params: dict[str, Any] | None = None,
               extra_seconds: float = 0.0) -> dict[str, Any]:
         timeout: Any = httpx.USE_CLIENT_DEFAULT
-        if extra_seconds:
+        if self.deadline is not None:
+            timeout = httpx.Timeout(self.deadline + extra_seconds,
+                                    connect=min(self.deadline, 2.0))
+        elif extra_seconds:
             # the server may hold the request this much longer on purpose (long poll)
             base = self._http.timeout
             timeout = httpx.Timeout(connect=base.connect, read=(base.read or 0) + extra_seconds,
@@ -141,18 +163,24 @@ class AgentApi:
                  capabilities: dict[str, Any]) -> Registration:
         body = self._post("/v1/agents/register", {"name": name, "pool": pool, "zone": zone,
                                                   "region": region, "capabilities": capabilities})
-        return Registration(str(body["agent_id"]), float(body["lease_seconds"]),
-                            float(body["heartbeat_seconds"]))
+        reg = Registration(str(body["agent_id"]), float(body["lease_seconds"]),
+                           float(body["heartbeat_seconds"]))
+        self.deadline = call_deadline(reg.lease_seconds, self._http.timeout.read)
+        return reg
 
     def heartbeat(self, agent_id: str) -> None:
         self._post(f"/v1/agents/{agent_id}/heartbeat", {})
 
-    def claim(self, agent_id: str, max_items: int, wait: float = 0.0) -> list[dict[str, Any]]:
+    def claim(self, agent_id: str, max_items: int, wait: float = 0.0,
+              claim_id: str | None = None) -> list[dict[str, Any]]:
         """Claim routed work; ``wait`` > 0 lets the API hold the call that long for work to
-        arrive (an API that does not know the parameter answers at once)."""
+        arrive (an API that does not know the parameter answers at once). ``claim_id``: the
+        same id again after a failed call gets back what that call may have been granted."""
         params = {"wait": f"{wait:.3f}"} if wait > 0 else None
         # our wall clock, reported (the API records our offset); the lease is on its clock
-        body = {"max": max_items, "agent_time": clock.wall()}
+        body: dict[str, Any] = {"max": max_items, "agent_time": clock.wall()}
+        if claim_id is not None:
+            body["claim_id"] = claim_id
         return list(self._post(f"/v1/agents/{agent_id}/claim", body,
                                params=params, extra_seconds=wait).get("items", []))
 

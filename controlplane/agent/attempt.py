@@ -194,8 +194,7 @@ class AttemptRunner(threading.Thread):
             return Ending.START_FAILED
         if self.shutdown.is_set():
             return Ending.SHUTDOWN  # run() stops the workload
-        self.api.report(self.claim.attempt_id, self.claim.fencing_token, "running",
-                        f"workload started ({self.runtime.name}, {pinned})")
+        self._report_running(f"workload started ({self.runtime.name}, {pinned})")
         result = self._supervise()
         if result is None:
             return self.ending or Ending.SHUTDOWN
@@ -291,6 +290,26 @@ class AttemptRunner(threading.Thread):
         if reply.cancel:
             log.info("attempt %s: cancel requested: stopping workload", self.claim.attempt_id)
             self.ending = Ending.CANCELED
+
+    def _report_running(self, reason: str) -> None:
+        """Say the workload runs; retried while the API cannot be reached and the lease
+        holds. A lost answer is harmless: the same report again is answered as a duplicate.
+        Without the retry one reset connection failed an attempt whose workload was fine."""
+        while True:
+            try:
+                self.api.report(self.claim.attempt_id, self.claim.fencing_token, "running", reason)
+                return
+            except ApiUnavailable as exc:
+                self.metrics.api_errors.labels("report", "unavailable").inc()
+                log.warning("attempt %s: running report not delivered yet: %s",
+                            self.claim.attempt_id, exc)
+            if time.monotonic() >= self._next_heartbeat:
+                self._heartbeat()
+            if time.monotonic() >= self._lease_deadline:
+                raise LeaseLost("lease expired before the running report got through")
+            if self.shutdown.is_set():
+                raise LeaseLost("agent shutting down before the running report got through")
+            time.sleep(max(self.settings.tick, 0.2))
 
     def _note_pending_reason(self) -> None:
         assert self.handle is not None
@@ -436,11 +455,13 @@ class AttemptRunner(threading.Thread):
             time.sleep(max(self.settings.tick, 0.2))
 
     def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
-        """Read back COMPLETE.json and checksums, holding the lease while the store is down."""
+        """Read back COMPLETE.json and checksums, holding the lease while the store is down
+        or slow."""
         store = self.store_factory()
         while True:
             try:
-                return storage.verify_artifacts(store, self.claim.operation_id, self.claim.number)
+                return self._holding_lease(lambda: storage.verify_artifacts(
+                    store, self.claim.operation_id, self.claim.number))
             except storage.StorageUnavailable as exc:
                 log.warning("attempt %s: cannot verify artifacts yet: %s", self.claim.attempt_id, exc)
             if time.monotonic() >= self._next_heartbeat:
@@ -450,6 +471,37 @@ class AttemptRunner(threading.Thread):
             if self.shutdown.is_set():
                 raise LeaseLost("agent shutting down before artifacts could be verified")
             time.sleep(self.settings.tick)
+
+    def _holding_lease(self, call: Callable[[], Any]) -> Any:
+        """Run a blocking call (object store reads) on a helper thread while this thread keeps
+        heartbeating: a browned-out store answers each read late or only after retries, and a
+        read of several seconds on this thread would let the lease run out although nothing
+        is wrong with the attempt. Its result or exception is returned or raised here."""
+        if defects.enabled("verify-starves-lease"):  # seeded defect: block the heartbeat
+            return call()
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller as is
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"store-{self.claim.attempt_id[:8]}", daemon=True).start()
+        while not done.wait(self.settings.tick):
+            if time.monotonic() >= self._next_heartbeat:
+                self._heartbeat()
+            if time.monotonic() >= self._lease_deadline:
+                # the read goes on by itself and its answer is dropped: the work is not ours now
+                raise LeaseLost("lease expired while reading the object store")
+            if self.shutdown.is_set():
+                raise LeaseLost("agent shutting down before artifacts could be verified")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
 
     def _final_report(self, state: str, reason: str, *, transient: bool = True,
                       result: dict[str, Any] | None = None, stop_first: bool = False) -> None:

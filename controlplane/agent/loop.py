@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,6 +67,8 @@ class Agent:
     wake: threading.Event = field(default_factory=threading.Event)
     runners: dict[str, AttemptRunner] = field(default_factory=dict)
     registration: Registration | None = None
+    # the id of the claim being asked, kept until a claim call gets an answer (_claim)
+    _claim_id: str | None = None
     flusher: SpoolFlusher | None = None
     courier: Courier = field(init=False)
 
@@ -155,12 +158,24 @@ class Agent:
         if cpu_free < 1:
             return None
         # One at a time: each claim is checked against what is left after the previous one.
-        items = self._call("claim", lambda: self.api.claim(reg.agent_id, 1, wait=wait))
+        # A claim whose answer is lost (a reset connection) may still have been granted: the
+        # next claim sends the same id, and gets it back instead of letting its lease lapse.
+        if self._claim_id is None:
+            self._claim_id = uuid.uuid4().hex
+        claim_id = self._claim_id
+        items = self._call("claim", lambda: self.api.claim(reg.agent_id, 1, wait=wait,
+                                                           claim_id=claim_id))
         if items is None:
             return None
+        self._claim_id = None
+        started = 0
         for item in items:  # type: ignore[attr-defined]
-            self._start_runner(Claim.from_api(item), reg)
-        return len(items)  # type: ignore[arg-type]
+            claim = Claim.from_api(item)
+            if claim.attempt_id in self.runners:  # already ours and running
+                continue
+            self._start_runner(claim, reg)
+            started += 1
+        return started
 
     def _start_runner(self, claim: Claim, reg: Registration) -> None:
         self.metrics.claims.inc()

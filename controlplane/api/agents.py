@@ -72,7 +72,7 @@ async def claim(agent_id: str, body: ClaimRequest, p: Agent, pool: Pool, request
                 agent_time = (None if body.agent_time is None
                               else body.agent_time + loop.time() - received)
                 rows = await agent_store.claim(c, aid, body.max, settings.lease_seconds,
-                                               agent_time)
+                                               agent_time, body.claim_id)
             left = deadline - loop.time()
             if rows or event is None or left <= 0:
                 break

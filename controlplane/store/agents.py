@@ -65,14 +65,56 @@ def _lease_base(agent_time: float | None) -> str:
     return "now()"
 
 
+_CLAIMED_COLUMNS = """t.id AS attempt_id, t.operation_id, t.number, t.fencing_token,
+                             t.lease_expires_at, o.spec, p.name AS project,
+                             extract(epoch FROM now())::float8 AS db_now"""
+
+
+async def _claimed_again(conn: AsyncConnection, agent_id: str, claim_id: str,
+                         lease_seconds: float) -> list[dict[str, Any]]:
+    """The attempts an earlier claim with this ``claim_id`` granted this agent and that it
+    has not started yet (still ``dispatched``, lease live): the answer of that claim was lost
+    on its way (a reset connection), and the agent asks again with the same id. Same fencing
+    token; the lease is renewed, as by a heartbeat of the agent that holds it."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """UPDATE attempts t SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+               FROM operations o, projects p
+               WHERE t.agent_id = %(agent)s::uuid AND t.state = 'dispatched'
+                 AND t.claimed_at IS NOT NULL AND t.lease_expires_at > now()
+                 AND EXISTS (SELECT 1 FROM events e
+                             WHERE e.operation_id = t.operation_id AND e.attempt_id = t.id
+                               AND e.kind = 'claimed' AND e.data->>'claim_id' = %(claim)s)
+                 AND o.id = t.operation_id AND p.id = o.project_id
+               RETURNING """ + _CLAIMED_COLUMNS,
+            {"agent": agent_id, "claim": claim_id, "lease": lease_seconds})
+        rows = await cur.fetchall()
+    for r in rows:
+        await record_event(conn, r["operation_id"], attempt_id=r["attempt_id"],
+                           actor=f"agent:{agent_id}", kind="claim_redelivered",
+                           reason=f"attempt {r['number']}: claim {claim_id} asked again "
+                                  "(its answer was lost)",
+                           data={"fencing_token": r["fencing_token"], "claim_id": claim_id,
+                                 "lease_seconds": lease_seconds,
+                                 "lease_expires_at": r["lease_expires_at"].isoformat()})
+    return rows
+
+
 async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
-                lease_seconds: float, agent_time: float | None = None) -> list[dict[str, Any]]:
+                lease_seconds: float, agent_time: float | None = None,
+                claim_id: str | None = None) -> list[dict[str, Any]]:
     """Take the attempts routed to this agent. Each claim gets a new, higher fencing token.
 
     ``agent_time`` (the agent's wall clock when it asked) is only recorded on the claim event
-    as the agent's clock offset; the lease is measured on the database's clock."""
+    as the agent's clock offset; the lease is measured on the database's clock. ``claim_id``
+    (the agent's id of this claim, the same when it asks again after a lost answer) first
+    hands back what an earlier claim with that id granted and the agent never started."""
     async with conn.transaction():
         await heartbeat(conn, agent_id)
+        again = await _claimed_again(conn, agent_id, claim_id, lease_seconds) if claim_id else []
+        max_items -= len(again)
+        if max_items <= 0:
+            return _claim_answer(again, lease_seconds)
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 """UPDATE attempts t SET claimed_at = now(),
@@ -85,9 +127,7 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
                                     AND claimed_at IS NULL
                                   ORDER BY created_at LIMIT %(max)s FOR UPDATE SKIP LOCKED)
                      AND o.id = t.operation_id AND p.id = o.project_id
-                   RETURNING t.id AS attempt_id, t.operation_id, t.number, t.fencing_token,
-                             t.lease_expires_at, o.spec, p.name AS project,
-                             extract(epoch FROM now())::float8 AS db_now""",
+                   RETURNING """ + _CLAIMED_COLUMNS,
                 {"agent": agent_id, "max": max_items, "lease": lease_seconds,
                  "agent_time": agent_time})
             rows = await cur.fetchall()
@@ -98,9 +138,15 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
                                     "lease_expires_at": r["lease_expires_at"].isoformat()}
             if agent_time is not None:
                 data["agent_clock_offset"] = round(agent_time - r["db_now"], 3)
+            if claim_id:
+                data["claim_id"] = claim_id
             await record_event(conn, r["operation_id"], attempt_id=r["attempt_id"],
                                actor=f"agent:{agent_id}", kind="claimed",
                                reason=f"attempt {r['number']} claimed", data=data)
+    return _claim_answer(again + rows, lease_seconds)
+
+
+def _claim_answer(rows: list[dict[str, Any]], lease_seconds: float) -> list[dict[str, Any]]:
     for r in rows:
         r["lease_seconds"] = lease_seconds
         r.pop("db_now", None)

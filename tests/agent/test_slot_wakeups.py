@@ -71,7 +71,8 @@ class _ClaimRecorder:
         self.registered.set()
         return Registration("agent-1", lease_seconds=LONG, heartbeat_seconds=LONG)
 
-    def claim(self, agent_id: str, n: int, wait: float = 0.0) -> list[dict[str, Any]]:
+    def claim(self, agent_id: str, n: int, wait: float = 0.0,
+              claim_id: str | None = None) -> list[dict[str, Any]]:
         self.claims.append(time.monotonic())
         return []
 
