@@ -68,6 +68,14 @@ MATRIX += (
 )
 MATRIX += (Case("zone-outage", "zone-sticky-retry", "zone-outage", "zone-outage.rto"),)
 MATRIX += (
+    Case("network-gray", "deadline-beyond-lease", "network-gray",
+         "network-gray.invariant.leases-held"),
+    Case("artifact-store-brownout", "storage-retry-no-backoff", "artifact-store-brownout",
+         "artifact-store-brownout.invariant.bounded-retry-amplification"),
+    Case("artifact-store-brownout", "verify-starves-lease", "artifact-store-brownout",
+         "artifact-store-brownout.invariant.leases-held"),
+)
+MATRIX += (
     Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",
          "pipeline-recovery.invariant.stale-cache-reuse"),
     Case("pipeline-recovery", "registration-without-receipt", "pipeline-recovery",

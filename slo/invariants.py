@@ -305,6 +305,60 @@ def leases_held(
     return InvariantResult("leases-held", len(held), tuple(violations))
 
 
+# A brownout may slow the store's clients down and make each write take a few tries, but the
+# request rate the store sees must not grow beyond this multiple of its rate just before the
+# fault: capped exponential backoff with jitter keeps it near or below 1 (writers wait), an
+# immediate retry loop multiplies it by the number of tries a fast error answer allows.
+MAX_RETRY_AMPLIFICATION = 2.0
+BROWNOUT_FAULT = "s3_brownout"
+
+
+def _requests(record: FaultRecord) -> int | None:
+    counters = record.details.get("counters")
+    value = counters.get("requests") if isinstance(counters, dict) else None
+    return value if isinstance(value, int) else None
+
+
+def retry_amplification(faults: Iterable[FaultRecord], start: float, end: float,
+                        limit: float = MAX_RETRY_AMPLIFICATION) -> InvariantResult:
+    """The object store's request rate during each S3 brownout in the window, as a multiple
+    of its rate in the baseline measured just before it (both counted by the store itself,
+    recorded on the brownout's fault_start / fault_end), is at most ``limit``."""
+    ordered = sorted(faults, key=lambda f: ts(f.time))
+    judged, violations, why = 0, [], []
+    for f in ordered:
+        if f.fault != BROWNOUT_FAULT or f.event != "fault_start" or not start <= ts(f.time) <= end:
+            continue
+        stop = next((g for g in ordered if g.fault == BROWNOUT_FAULT and g.event == "fault_end"
+                     and g.target == f.target and ts(g.time) >= ts(f.time)), None)
+        baseline = f.details.get("baseline") or {}
+        base_n, base_s = baseline.get("requests"), baseline.get("seconds")
+        first, last = _requests(f), _requests(stop) if stop is not None else None
+        if stop is None or first is None or last is None:
+            why.append(f"brownout at {f.time.strftime('%H:%M:%S')}: no request counts at "
+                       "its start and end")
+            continue
+        if not isinstance(base_n, int) or not isinstance(base_s, int | float) or base_s <= 0 \
+                or base_n <= 0:
+            why.append(f"brownout at {f.time.strftime('%H:%M:%S')}: no S3 request in its "
+                       "baseline to compare with")
+            continue
+        seconds = ts(stop.time) - ts(f.time)
+        if seconds <= 0:
+            continue
+        judged += 1
+        ratio = ((last - first) / seconds) / (base_n / base_s)
+        if ratio > limit:
+            violations.append(
+                f"brownout at {f.time.strftime('%H:%M:%S')}: {last - first} S3 requests in "
+                f"{seconds:.1f} s ({(last - first) / seconds:.1f}/s) against {base_n / base_s:.1f}/s "
+                f"before it: {ratio:.1f}x (at most {limit:g}x)")
+    if not judged:
+        return InvariantResult("bounded-retry-amplification", 0,
+                               no_data="; ".join(why) or "no S3 brownout in the window")
+    return InvariantResult("bounded-retry-amplification", judged, tuple(violations))
+
+
 # (evidence, window start, window end, detection grace in seconds) -> result
 Judge = Callable[[Evidence, float, float, float], InvariantResult]
 INVARIANTS: dict[str, Judge] = {
@@ -316,6 +370,7 @@ INVARIANTS: dict[str, Judge] = {
         ev.requests, ev.faults, lo, hi, grace),
     "lease-granted-once": lambda ev, lo, hi, _: lease_granted_once(ev.events, lo, hi),
     "leases-held": lambda ev, lo, hi, _: leases_held(ev.attempts, ev.events, lo, hi),
+    "bounded-retry-amplification": lambda ev, lo, hi, _: retry_amplification(ev.faults, lo, hi),
 }
 
 

@@ -67,6 +67,13 @@ NOT_APPLICABLE = {
                          "it; a stack's target does not record one yet, so no step would be "
                          "cacheable) and writes its dataset to the artifact bucket: run and "
                          "tested on the local environment only",
+    "network-gray": "adds toxics (latency, resets, silent connections) to the local fault "
+                    "proxy's agent routes; the cloud drivers have no gray network fault yet "
+                    "(Chaos Mesh NetworkChaos would be the equivalent: not driven, local only)",
+    "artifact-store-brownout": "answers S3 requests late or with 503 SlowDown through the "
+                               "local S3 server's brownout layer; nothing browns out a real "
+                               "S3 bucket (an S3 deny policy is an outage, not a brownout): "
+                               "local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -27,6 +27,8 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "zone-outage",
     "upgrade",
     "pipeline-recovery",
+    "network-gray",
+    "artifact-store-brownout",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")
