@@ -4,6 +4,9 @@ Statuses (slo/scoring.py): pass / warning / fail are scored; `not_measured` mark
 objective of an experiment that did not run as designed (never a number, never a pass);
 `no_data` marks a non-key SLI without events, or a non-key objective whose Prometheus evidence
 was lost (slo/telemetry.py). A key one without data fails ("no data").
+
+An event-ratio SLI's check carries what its events demonstrate (slo/confidence.py): shown,
+not scored.
 """
 
 from __future__ import annotations
@@ -70,12 +73,15 @@ def sli_checks(specs: Specs, slis: list[SliSummary], baseline: dict[str, float])
             budget.value_at_full_budget(s.target, s.duration_seconds, s.window_seconds))]
         message = (NO_DATA if s.total == 0 else f"{s.good}/{s.total} good"
                    + (f", burn rate {s.burn_rate:.2f}x" if s.burn_rate is not None else ""))
-        out.append(_check(
+        check = _check(
             f"sli.{s.name}", None, f"{s.display_name} >= {s.target:g}", s.value,
             [Criterion.at_least(s.target)], warning, g.weight_sli, s.key, baseline, message,
             # missing data is not healthy where it matters; elsewhere it is reported, not scored
             missing=Status.FAIL if s.key else Status.NO_DATA,
-        ))
+        )
+        # shown with the status, never scored: a run too small to demonstrate its targets is
+        # still the pass its point estimates earn (slo/confidence.py)
+        out.append(check.model_copy(update={"demonstration": s.demonstration}))
     return out
 
 

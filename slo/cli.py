@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from slo.evaluate import EXIT_EVIDENCE, evaluate_run
@@ -24,6 +25,7 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
     from slo.report import (
         baseline_rows,
         baseline_summary,
+        demonstration_lines,
         dropped_text,
         experiment_status,
         headline,
@@ -41,9 +43,13 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
     for s in verdict.slis:
         c = checks.get(f"sli.{s.name}")
         value = "n/a" if s.value is None else f"{s.value:.5g}"
+        shown = cell(c.status if c else None)
+        if c is not None and c.status == "pass" and c.demonstration is not None \
+                and c.demonstration.classification == "consistent":
+            shown = "[yellow]pass, not demonstrated[/]"  # too few events: never a bare pass
         table.add_row(
             s.name + (" (key)" if s.key else ""),
-            cell(c.status if c else None),
+            shown,
             f"{value} / {s.target:g}",
             c.message if c and c.status == "fail" else "",
         )
@@ -69,6 +75,8 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
             ", ".join(missed),
         )
     console.print(table)
+    for line in demonstration_lines(verdict):
+        console.print(f"[yellow]{escape(line)}[/]", highlight=False)
     summary = baseline_summary(verdict)
     if summary is not None:
         console.print(summary, highlight=False)

@@ -41,7 +41,10 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
                 cells.append("no data")
             else:
                 met = "met" if s.objective_met else "missed"
-                cells.append(f"{fmt_pct(s.value)} ({met}, target {fmt_pct(s.target)})")
+                # what the events demonstrate: two platforms' "100 %" over 120 and over 300,000
+                # events are not the same evidence
+                shown = f"; {s.demonstration.text}" if s.demonstration is not None else ""
+                cells.append(f"{fmt_pct(s.value)} ({met}, target {fmt_pct(s.target)}{shown})")
         rows.append((f"SLI {name}", cells))
     exp_names = list(dict.fromkeys(
         [e.name for v in verdicts for e in v.experiments]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
 
 from pydantic import ValidationError
 
-from slo import budget, sli
+from slo import budget, confidence, sli
 from slo.archive import Archive, ArchiveError
 from slo.baseline import IndexEntry, Tolerances, compare, last_passing
 from slo.budget_gate import BUDGET_CHECK_FILE, BudgetCheck
@@ -26,8 +26,8 @@ from slo.prices import PriceError, PriceTable, load_prices
 from slo.run_index import RunIndex, burn, slice_width
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
-from slo.specs import Specs, load_specs
-from slo.verdict import SliSummary, Verdict
+from slo.specs import Budgeting, Slo, Specs, load_specs
+from slo.verdict import Demonstration, SliSummary, Verdict
 
 __all__ = [
     "EXIT_EVIDENCE",
@@ -91,6 +91,14 @@ def _bad_subjects(outcomes: Iterable[Outcome], limit: int = 10) -> list[str]:
     return [o.subject for o in outcomes if not o.good][:limit]
 
 
+def demonstration(slo: Slo, good: int, total: int) -> Demonstration | None:
+    """What an event ratio's events show about its target (slo/confidence.py). None for time
+    slices (consecutive slices of one timeline are not independent trials) and without events."""
+    if slo.budgeting is not Budgeting.OCCURRENCES or total == 0:
+        return None
+    return Demonstration(**asdict(confidence.demonstrate(good, total, slo.objective.target)))
+
+
 def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]]) -> list[SliSummary]:
     duration = max(run.snapshot - run.start, 1e-9)
     out = []
@@ -117,6 +125,7 @@ def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]]) -> list[Sl
                 objective_met=budget.objective_met(value, slo.objective.target),
                 key=slo.name in run.specs.gate.key_slis,
                 details={"bad_examples": _bad_subjects(outcomes[slo.name])},
+                demonstration=demonstration(slo, good, total),
             )
         )
     return out

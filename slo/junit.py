@@ -5,6 +5,10 @@ fail -> <failure>; not_measured -> <error> (the experiment did not run as design
 objective was never tested; message = the reason); no_data (non-key SLI) -> <skipped>;
 warning -> passes with a note. The root carries the verdict's result and exit code.
 
+An event-ratio SLI's case carries what its events demonstrate (slo/confidence.py) as
+properties (demonstration, events, lower_bound, events_needed); a pass its events do not
+demonstrate still passes, with "consistent, not demonstrated (...)" in its system-out.
+
 With a baseline (slo/baseline.py), a `baseline` suite holds one case per objective: regressed
 passes with a WARNING note (a regression turns the gate into a warning, never a failure),
 "no baseline" and "not measured" are skipped with the reason."""
@@ -13,13 +17,29 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from slo.verdict import Check, Verdict
+from slo.verdict import Check, Demonstration, Verdict
+
+
+def _properties(case: ET.Element, d: Demonstration) -> None:
+    props = ET.SubElement(case, "properties")
+    for name, value in (("demonstration", d.classification), ("events", d.events),
+                        ("lower_bound", repr(d.lower_bound)),
+                        ("events_needed", "" if d.events_needed is None else d.events_needed)):
+        ET.SubElement(props, "property", name=name, value=str(value))
 
 
 def _case(
-    suite: ET.Element, classname: str, name: str, status: str | None, message: str, detail: str
+    suite: ET.Element, classname: str, name: str, status: str | None, message: str, detail: str,
+    demonstration: Demonstration | None = None,
 ) -> None:
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
+    if demonstration is not None:
+        _properties(case, demonstration)
+        if status == "pass" and demonstration.classification == "consistent":
+            # still a pass; said where CI shows a passing case's output
+            ET.SubElement(case, "system-out").text = f"{demonstration.text}\n{detail}"
+            return
+        detail += f"\ndemonstration: {demonstration.text}"
     if status == "fail":
         ET.SubElement(case, "failure", message=message, type="ObjectiveMissed").text = detail
     elif status == "not_measured":
@@ -50,7 +70,8 @@ def junit_xml(verdict: Verdict) -> str:
     run_suite = ET.SubElement(root, "testsuite", name="slis")
     for c in verdict.checks:
         if c.experiment is None:
-            _case(run_suite, "gameday.slis", c.id, c.status, c.message, _detail(c))
+            _case(run_suite, "gameday.slis", c.id, c.status, c.message, _detail(c),
+                  c.demonstration)
     for e in verdict.experiments:
         suite = ET.SubElement(root, "testsuite", name=e.name)
         for c in verdict.checks:

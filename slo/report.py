@@ -17,7 +17,7 @@ from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
 from slo.junit import junit_xml
 from slo.specs import Specs, load_specs
-from slo.verdict import Check, ObjectiveComparison, Verdict
+from slo.verdict import Check, Demonstration, ObjectiveComparison, SliSummary, Verdict
 
 OUTPUTS = ("verdict.json", "junit.xml", "report.md", "report.html")
 _TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -55,6 +55,32 @@ def experiment_status(verdict: Verdict, name: str) -> str:
 
 def status_label(status: str | None) -> str:
     return (status or "no_data").replace("_", " ")
+
+
+def demonstration_text(s: SliSummary) -> str:
+    """The SLI's demonstration cell: what its events show about its target at 95 %."""
+    if s.demonstration is not None:
+        return s.demonstration.text
+    return "n/a (time slices)" if s.budgeting == "Timeslices" and s.total else "n/a"
+
+
+DEMONSTRATION_NOTE = (
+    "Demonstration: the one-sided 95 % lower confidence bound of an event ratio's success "
+    "ratio (Clopper-Pearson) against its target. \"Consistent, not demonstrated\": the measured "
+    "ratio meets the objective but too few events were seen to show it; scored as a pass.")
+
+
+def not_demonstrated(verdict: Verdict) -> list[tuple[Check, Demonstration]]:
+    """Passing objectives whose events do not demonstrate them (slo/confidence.py)."""
+    return [(c, c.demonstration) for c in verdict.checks
+            if c.status == "pass" and c.demonstration is not None
+            and c.demonstration.classification == "consistent"]
+
+
+def demonstration_lines(verdict: Verdict) -> list[str]:
+    """What the gate prints under its verdict table: one line per passing ratio objective its
+    events do not demonstrate, so no such pass is read as a bare one."""
+    return [f"{c.id}: pass, {d.text}" for c, d in not_demonstrated(verdict)]
 
 
 def score_text(verdict: Verdict) -> str:
@@ -162,8 +188,9 @@ def render_markdown(verdict: Verdict) -> str:
     lines += [
         "## SLIs over the run",
         "",
-        "| SLI | status | measured | objective | good / total | burn rate | window budget used |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ("| SLI | status | demonstration (95 %) | measured | objective | good / total "
+         "| burn rate | window budget used |"),
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     by_id = {c.id: c for c in verdict.checks}
     for s in verdict.slis:
@@ -171,8 +198,11 @@ def render_markdown(verdict: Verdict) -> str:
         burn = f"{s.burn_rate:.2f}x" if s.burn_rate is not None else "n/a"
         lines.append(
             f"| {s.display_name}{' (key)' if s.key else ''} | {status_label(c.status if c else None)} | "
+            f"{demonstration_text(s)} | "
             f"{fmt_pct(s.value)} | {fmt_pct(s.target)} | {s.good} / {s.total} | {burn} | {fmt_pct(s.budget_consumed)} |"
         )
+    if any(s.demonstration is not None for s in verdict.slis):
+        lines += ["", DEMONSTRATION_NOTE]
     dropped = by_id.get("evidence.dropped")
     if dropped is not None:
         lines += ["", f"Dropped evidence: {dropped.message} ({status_label(dropped.status)})."]
@@ -300,6 +330,9 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         pool_header=POOL_HEADER,
         pool_rows=pool_rows(verdict.cost) if verdict.cost else [],
         check_by_id={c.id: c for c in verdict.checks},
+        demonstration=demonstration_text,
+        demonstration_note=(DEMONSTRATION_NOTE if any(s.demonstration is not None
+                                                      for s in verdict.slis) else None),
         checks_by_exp={e.name: _exp_checks(verdict, e.name) for e in verdict.experiments},
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},
         # no fault window, no timeline: a chart of a not-measured experiment would invent one

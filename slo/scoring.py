@@ -6,6 +6,11 @@ over those three statuses only. `not_measured` (the experiment did not run as de
 `no_data` (a non-key SLI without events) are reported, never scored: a number for them would be
 invented. A failed key check fails the gate whatever the score, and a key check without any
 status counts as failed: missing data is not healthy.
+
+A ratio objective met by its point estimate but not demonstrated by its events at 95 %
+(slo/confidence.py, "consistent, not demonstrated") is scored here as the pass it is: the
+statistics are shown next to the status in every output, they never move the score or the
+exit code (a small run would otherwise fail for being small).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slo.budget_gate import BudgetCheck
+from slo.confidence import Classification
 from slo.cost import CostSummary
 
 SCHEMA = "gameday.verdict/v2"
@@ -20,6 +21,21 @@ ResultName = Literal["pass", "warning", "fail", "error"]
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class Demonstration(_M):
+    """What an event-ratio SLI's events demonstrate about its target (slo/confidence.py):
+    the one-sided Clopper-Pearson lower bound of the success ratio at `confidence`.
+    "consistent" = met by the point estimate, not shown by the bound: scored as a pass, and
+    every output says so next to it. `events_needed`: None when violated."""
+
+    classification: Classification
+    events: int
+    failures: int
+    confidence: float
+    lower_bound: float
+    events_needed: int | None = None
+    text: str
 
 
 class Check(_M):
@@ -35,6 +51,9 @@ class Check(_M):
     key: bool
     message: str
     baseline: float | None = None
+    # an event-ratio SLI's check: what its events demonstrate (None elsewhere and in verdicts
+    # written before it)
+    demonstration: Demonstration | None = None
 
 
 class SliSummary(_M):
@@ -55,6 +74,9 @@ class SliSummary(_M):
     objective_met: bool | None
     key: bool
     details: dict[str, Any] = Field(default_factory=dict)
+    # event ratios only (Occurrences budgeting) with events: time slices of one timeline are not
+    # independent trials. None there, without events, and in verdicts written before it
+    demonstration: Demonstration | None = None
 
 
 class SliWindow(_M):
