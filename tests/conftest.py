@@ -63,6 +63,7 @@ def cp_stack(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 LONG_FIRST = (
     "tests/gameday/test_selftest_core.py",
     "tests/gameday/test_gameday_full.py",
+    "tests/gameday/test_gameday_gray.py",
     "tests/gameday/test_gameday_upgrade.py",
     "tests/gameday/test_gameday_pipeline.py",
     "tests/gameday/test_gameday_local.py",
