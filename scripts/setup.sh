@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(postgresql-15 patroni etcd-server etcd-client haproxy docker-registry prometheus
-              chromium iproute2 procps)
+              chromium iproute2 procps
+              fuse3 libfuse3-3)  # infra/local/faultfs: fusermount3 + the library mfusepy loads
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
