@@ -151,13 +151,30 @@ def seed(dsn: str | None, path: Path) -> None:
               help="While submissions arrive steadily (600/s or more at 5 ms), gather each "
                    "commit group for up to this long: less CPU per submission, a few ms more "
                    "per answer. 0: commit what is waiting at once.")
+@click.option("--max-in-flight", default=128, show_default=True,
+              type=click.IntRange(0, 100_000),
+              help="User requests (everything but agent calls and health) in flight per "
+                   "process; more wait for a slot, then get 503 + Retry-After. 0: admission "
+                   "control off (every request admitted, however many wait).")
+@click.option("--max-queue-wait-ms", default=100.0, show_default=True,
+              type=click.FloatRange(0, 60_000),
+              help="How long a user request may wait for a slot while a burst lasts; once the "
+                   "queue has not been empty this long, new arrivals wait at most 5 ms.")
+@click.option("--agent-max-in-flight", default=1024, show_default=True,
+              type=click.IntRange(1, 100_000),
+              help="Agent calls in flight per process, in slots of their own (user traffic "
+                   "never takes them); one waits for a slot up to a fifth of the lease.")
+@click.option("--retry-after-seconds", default=1, show_default=True,
+              type=click.IntRange(1, 3600),
+              help="The Retry-After (whole seconds) of a request refused for overload.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--unsafe-ack-before-commit", is_flag=True, hidden=True,
               envvar="CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT",
               help="TEST ONLY: acknowledge submissions before committing them.")
 def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
         pool_max: int, workers: int, token_cache_seconds: float, submit_gather_ms: float,
-        log_level: str, unsafe_ack_before_commit: bool) -> None:
+        max_in_flight: int, max_queue_wait_ms: float, agent_max_in_flight: int,
+        retry_after_seconds: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
     """Run one API replica (uvicorn)."""
     import dataclasses
     import os
@@ -172,7 +189,10 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
                         heartbeat_seconds=max(0.5, lease_seconds / 3),
                         retry_base_seconds=retry_base, pool_max=pool_max,
                         token_cache_seconds=token_cache_seconds,
-                        submit_gather_ms=submit_gather_ms,
+                        submit_gather_ms=submit_gather_ms, max_in_flight=max_in_flight,
+                        max_queue_wait_ms=max_queue_wait_ms,
+                        agent_max_in_flight=agent_max_in_flight,
+                        retry_after_seconds=retry_after_seconds,
                         unsafe_ack_before_commit=unsafe_ack_before_commit)
     # worker processes rebuild the app from the environment (uvicorn imports a factory)
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))

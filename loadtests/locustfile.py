@@ -2,7 +2,8 @@
 `gameday load run` starts it with GAMEDAY_LOAD_CONFIG / GAMEDAY_LOAD_TOKEN set.
 
 Submitter       POST /v1/operations, one fresh Idempotency-Key per logical submission, retried
-                with the SAME key on timeout / connection error / 5xx / 429 (bounded backoff);
+                with the SAME key on timeout / connection error / 5xx / 429 (backoff with full
+                jitter, at least Retry-After, within the process's retry budget);
                 every acknowledgement (201 new, 200 duplicate) -> one ledger line, flushed.
 Poller          GET one known operation; list with filters, following cursors (bounded).
 ArtifactReader  download the artifacts of succeeded operations from the S3 endpoint
@@ -30,7 +31,15 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from controlplane.procstate import running
 from loadtests import routes
-from loadtests.client import Backoff, SubmitOutcome, artifact_refs, is_ack, is_retryable
+from loadtests.client import (
+    Backoff,
+    RetryBudget,
+    SubmitOutcome,
+    artifact_refs,
+    is_ack,
+    is_retryable,
+    parse_retry_after,
+)
 from loadtests.records import PartWriters, utc_iso
 from loadtests.runconfig import RunConfig
 from loadtests.stats import from_locust
@@ -40,6 +49,9 @@ CONFIG, TOKEN = RunConfig.from_env()
 SCENARIO = CONFIG.scenario
 # operation ids this process has seen (acks and listings): what Pollers read
 KNOWN_OPS: deque[str] = deque(maxlen=2000)
+# one per process, shared by its submitters: retries may add only so much to what it sends
+BUDGET = RetryBudget(ratio=SCENARIO.client.submit_retry.budget_ratio,
+                     min_per_s=SCENARIO.client.submit_retry.budget_min_per_s)
 _state: dict[str, Any] = {"writers": None, "started_at": None}
 
 
@@ -158,7 +170,7 @@ class Submitter(_ApiUser):
         template = SCENARIO.operation
         key = f"gameday-load-{uuid.uuid4()}"
         body = template.body(f"{template.name_prefix}-{key[-12:]}")
-        backoff = Backoff(SCENARIO.client.submit_retry)
+        backoff = Backoff(SCENARIO.client.submit_retry, budget=BUDGET)
         first = time.time()
         outcome, op_id, last, posts = SubmitOutcome.INTERRUPTED, None, None, 0
         try:
@@ -168,6 +180,8 @@ class Submitter(_ApiUser):
                                       catch_response=True) as resp:
                     posts += 1
                     last = resp.status_code
+                    retry_after = parse_retry_after(
+                        resp.headers.get("Retry-After") if resp.headers else None)
                     if is_ack(last):
                         try:
                             answer = resp.json()
@@ -188,7 +202,7 @@ class Submitter(_ApiUser):
                         resp.failure(f"HTTP {last}: {resp.text[:200] if resp.text else ''}")
                         outcome = SubmitOutcome.REJECTED
                         break
-                delay = backoff.next_delay()
+                delay = backoff.next_delay(retry_after)
                 if delay is None:
                     outcome = SubmitOutcome.ABANDONED
                     break
@@ -196,7 +210,7 @@ class Submitter(_ApiUser):
         finally:
             _writers().submissions.write({
                 "idempotency_key": key, "outcome": outcome.value, "operation_id": op_id,
-                "attempts": posts,
+                "attempts": posts, "abandoned_by": backoff.gave_up,
                 "last_status": last, "first_at": utc_iso(first), "done_at": utc_iso(),
                 "process": _writers().tag})
 

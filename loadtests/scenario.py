@@ -122,6 +122,10 @@ class SubmitRetry(_Strict):
     base_s: float = Field(default=0.1, gt=0)
     max_backoff_s: float = Field(default=2.0, gt=0)
     deadline: Duration = 30.0
+    # the retry budget of each load process (loadtests/client.py RetryBudget): retries add at
+    # most this share to the submissions sent, plus budget_min_per_s retries a second
+    budget_ratio: float = Field(default=0.1, ge=0, le=1)
+    budget_min_per_s: float = Field(default=5.0, ge=0)
 
 
 class Client(_Strict):

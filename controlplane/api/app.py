@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from controlplane import defects
 from controlplane.api import admin, agents, errors, health, operations, operator, pipelines
+from controlplane.api.admission import AdmissionMiddleware
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
 from controlplane.api.group_commit import GroupCommit
@@ -59,6 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.group_commit = GroupCommit(lambda: app.state.pool,
                                          window=settings.submit_gather_ms / 1000)
     app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
+    app.add_middleware(AdmissionMiddleware, settings=settings)  # inside the metrics: refusals count
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
     for router in (health.router, operations.router, agents.router, operator.router,

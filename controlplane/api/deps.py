@@ -32,6 +32,12 @@ class Settings:
     # under a steady stream of submissions, gather each commit group this long at most
     # (api/group_commit.py); 0: commit what is waiting at once
     submit_gather_ms: float = 5.0
+    # admission control (api/admission.py), per process: user requests in flight, how long one
+    # may wait for a slot, agent requests in flight (slots of their own), a refusal's Retry-After
+    max_in_flight: int = 128
+    max_queue_wait_ms: float = 100.0
+    agent_max_in_flight: int = 1024
+    retry_after_seconds: int = 1
     # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
     # (write-behind every few seconds). It exists so the harness can prove it sees lost
     # acknowledged work: the api-replica-loss game day must fail its durability objective.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -145,9 +146,12 @@ def test_retry_decisions() -> None:
 def test_backoff_is_bounded_by_attempts_and_deadline() -> None:
     b = Backoff(SubmitRetry(max_attempts=4, base_s=0.1, max_backoff_s=0.3, deadline=60))
     delays = [b.next_delay() for _ in range(5)]
-    assert all(d is not None and 0 < d <= 0.3 for d in delays[:3]) and delays[3:] == [None, None]
-    tight = Backoff(SubmitRetry(max_attempts=100, base_s=1.0, max_backoff_s=1.0, deadline=0.2))
-    assert tight.next_delay() is None  # the next sleep would overrun the deadline
+    assert all(d is not None and 0 <= d <= 0.3 for d in delays[:3]) and delays[3:] == [None, None]
+    # full jitter: the sleep is drawn from [0, cap]; a draw past the deadline gives up
+    tight = Backoff(SubmitRetry(max_attempts=100, base_s=1.0, max_backoff_s=1.0, deadline=0.2),
+                    rng=random.Random(1))  # first draw 0.134 * 1.0 ... then 0.847
+    assert tight.next_delay() is not None and tight.next_delay() is None
+    assert tight.gave_up == "deadline"
 
 
 def test_artifact_refs_from_our_result_and_from_s3_uris() -> None:
