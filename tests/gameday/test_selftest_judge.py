@@ -7,6 +7,7 @@ from __future__ import annotations
 from controlplane import defects
 from gameday.selftest import MATRIX, Case, judge, select
 from gameday.suites import SUITES
+from slo.specs import FAILURE_CLASSES
 
 CASE = Case("agent-connectivity-loss", "fencing-off", "agent-connectivity-loss",
             "agent-connectivity-loss.invariant.fencing")
@@ -29,11 +30,7 @@ def test_caught_only_by_the_named_objective_with_exit_2() -> None:
 
 def test_the_matrix_covers_every_defect_and_every_failure_class() -> None:
     assert {c.defect for c in MATRIX} == set(defects.KNOWN)
-    classes = {"api-replica-loss", "db-primary-loss", "artifact-store-unavailable",
-               "node-pool-exhausted", "registry-failure", "node-interruption-checkpoint",
-               "agent-connectivity-loss", "ineligible-fallback-region", "clock-skew",
-               "credential-rotation", "zone-outage", "upgrade", "telemetry-loss", "pipeline-recovery"}
-    assert {c.failure_class for c in MATRIX} == classes
+    assert {c.failure_class for c in MATRIX} == set(FAILURE_CLASSES)
     for c in MATRIX:
         assert c.experiment in SUITES["full"] and c.objective.startswith(c.experiment + ".")
 
