@@ -126,11 +126,12 @@ def _rto_message(e: ExperimentResult) -> str:
     return text
 
 
-def _invariant_message(violations: list[str], judged: int, no_data: str | None) -> str:
+def _invariant_message(violations: list[str], judged: int, no_data: str | None,
+                       measured: str | None = None) -> str:
     if no_data is not None:
         return f"{NO_DATA}: {no_data}"
     if not violations:
-        return f"0 violations in {judged} judged"
+        return f"0 violations in {judged} judged" + (f": {measured}" if measured else "")
     shown = "; ".join(violations[:MAX_EXAMPLES])
     more = f" (+{len(violations) - MAX_EXAMPLES} more)" if len(violations) > MAX_EXAMPLES else ""
     return f"{len(violations)} violation(s) in {judged} judged: {shown}{more}"
@@ -224,7 +225,7 @@ def experiment_checks(
             f"{x}.invariant.{inv.name}", x, f"invariant {inv.name} holds",
             None if inv.no_data is not None else float(len(inv.violations)), [NONE], [],
             g.weight_invariant, True, {},
-            _invariant_message(inv.violations, inv.judged, inv.no_data),
+            _invariant_message(inv.violations, inv.judged, inv.no_data, inv.measured),
         ))
     return checks
 

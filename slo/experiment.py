@@ -433,7 +433,8 @@ def invariants(run: RunIndex, names: Sequence[str], s: Span) -> list[InvariantOu
     for name in names:
         result = check_invariant(name, run.evidence, s.fault_start, s.horizon, grace)
         out.append(InvariantOutcome(name=name, judged=result.judged,
-                                    violations=list(result.violations), no_data=result.no_data))
+                                    violations=list(result.violations), no_data=result.no_data,
+                                    measured=result.measured))
     return out
 
 

@@ -33,6 +33,7 @@ class InvariantResult:
     judged: int  # subjects judged (attempts or operations)
     violations: tuple[str, ...] = ()
     no_data: str | None = None  # why there was nothing to judge
+    measured: str | None = None  # what was measured, shown beside a pass too (e.g. "0.7x")
 
 
 def _id_key(value: str | int | None) -> tuple[int, int, str]:
@@ -325,7 +326,7 @@ def retry_amplification(faults: Iterable[FaultRecord], start: float, end: float,
     of its rate in the baseline measured just before it (both counted by the store itself,
     recorded on the brownout's fault_start / fault_end), is at most ``limit``."""
     ordered = sorted(faults, key=lambda f: ts(f.time))
-    judged, violations, why = 0, [], []
+    judged, violations, why, ratios = 0, [], [], []
     for f in ordered:
         if f.fault != BROWNOUT_FAULT or f.event != "fault_start" or not start <= ts(f.time) <= end:
             continue
@@ -348,6 +349,8 @@ def retry_amplification(faults: Iterable[FaultRecord], start: float, end: float,
             continue
         judged += 1
         ratio = ((last - first) / seconds) / (base_n / base_s)
+        ratios.append(f"{(last - first) / seconds:.1f}/s against {base_n / base_s:.1f}/s before: "
+                      f"{ratio:.2f}x")
         if ratio > limit:
             violations.append(
                 f"brownout at {f.time.strftime('%H:%M:%S')}: {last - first} S3 requests in "
@@ -356,7 +359,8 @@ def retry_amplification(faults: Iterable[FaultRecord], start: float, end: float,
     if not judged:
         return InvariantResult("bounded-retry-amplification", 0,
                                no_data="; ".join(why) or "no S3 brownout in the window")
-    return InvariantResult("bounded-retry-amplification", judged, tuple(violations))
+    return InvariantResult("bounded-retry-amplification", judged, tuple(violations),
+                           measured="; ".join(ratios) + f" (at most {limit:g}x)")
 
 
 # (evidence, window start, window end, detection grace in seconds) -> result

@@ -116,6 +116,7 @@ class InvariantOutcome(_M):
     judged: int
     violations: list[str] = Field(default_factory=list)
     no_data: str | None = None  # why nothing was judged (the check then fails)
+    measured: str | None = None  # what the invariant measured, when it has a figure
 
 
 class ExperimentResult(_M):
