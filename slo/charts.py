@@ -142,3 +142,67 @@ def legend_items(exp: ExperimentResult) -> list[tuple[str, str]]:
         (PALETTE[i % len(PALETTE)], f"{s.display_name} (objective {_fmt_pct(s.target)})")
         for i, s in enumerate(exp.slis)
     ]
+
+
+def goodput_text(exp: ExperimentResult) -> str:
+    """One line on the load around the fault: goodput before, during, and how long after the
+    fault ended it was back to 95 % of before."""
+    if not exp.load:
+        return "no load evidence around the fault"
+    if not exp.goodput_before:
+        return "no submission acknowledged in the 20 s before the fault: no goodput to compare"
+    back = ("never back to 95 % of it within the evidence"
+            if exp.goodput_recovery_seconds is None else
+            f"back to 95 % of it {exp.goodput_recovery_seconds:.0f}s after the fault ended")
+    during = "n/a" if exp.goodput_during is None else f"{exp.goodput_during:.2f}/s"
+    return f"goodput {exp.goodput_before:.2f}/s before the fault, {during} during it, {back}"
+
+
+def load_svg(exp: ExperimentResult) -> str:
+    """Offered load and goodput (requests/s, left) and p99 of answered requests (ms, right)
+    around the fault, the fault window shaded. X axis: seconds from fault start."""
+    if not exp.load or exp.fault_start is None or exp.fault_end is None:
+        return ""
+    h = 220
+    t0, t1 = exp.load[0][0], exp.load[-1][0] + 1e-9
+    top = max([1.0] + [max(o, g) for _, o, g, _ in exp.load]) * 1.1
+    p99s = [p for *_, p in exp.load if p is not None]
+    ptop = max([1.0, *p99s]) * 1.1
+
+    def x(t: float) -> float:
+        return PAD_L + (t - t0) / max(t1 - t0, 1e-9) * (W - PAD_L - PAD_R - 40)
+
+    def y(v: float, scale: float) -> float:
+        return PAD_T + (1 - v / scale) * (h - PAD_T - PAD_B)
+
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="100%" '
+            f'role="img" aria-label="load around {escape(exp.name)}" '
+            'font-family="system-ui,sans-serif" font-size="11">'),
+           f'<rect x="0" y="0" width="{W}" height="{h}" fill="#ffffff"/>']
+    fs, fe = x(max(exp.fault_start, t0)), x(min(exp.fault_end, t1))
+    out.append(f'<rect x="{fs:.1f}" y="{PAD_T}" width="{max(fe - fs, 1):.1f}" '
+               f'height="{h - PAD_T - PAD_B}" fill="#fecaca" opacity="0.55"><title>fault '
+               f'{escape(exp.fault_name or "")}</title></rect>')
+    for i in range(5):
+        v = top * i / 4
+        out.append(f'<line x1="{PAD_L}" x2="{W - PAD_R - 40}" y1="{y(v, top):.1f}" '
+                   f'y2="{y(v, top):.1f}" stroke="#e5e7eb"/>')
+        out.append(f'<text x="{PAD_L - 6}" y="{y(v, top) + 4:.1f}" text-anchor="end" '
+                   f'fill="#6b7280">{v:.3g}/s</text>')
+        out.append(f'<text x="{W - PAD_R - 36}" y="{y(v, top) + 4:.1f}" fill="#b45309">'
+                   f'{ptop * i / 4:.0f}ms</text>')
+    for label, k, color, scale in (("offered", 1, "#6b7280", top), ("goodput", 2, "#16a34a", top),
+                                   ("p99", 3, "#b45309", ptop)):
+        pts = [f"{x(row[0]):.1f},{y(row[k], scale):.1f}" for row in exp.load
+               if row[k] is not None]
+        if pts:
+            out.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{color}" '
+                       f'stroke-width="2"><title>{label}</title></polyline>')
+    out.append(f'<text x="{PAD_L}" y="{PAD_T - 10}" fill="#374151">'
+               f'{escape(goodput_text(exp))}</text>')
+    out.append(f'<text x="{(W + PAD_L) / 2:.0f}" y="{h - 8}" text-anchor="middle" '
+               f'fill="#374151">offered (grey), goodput (green), p99 (amber, right axis); '
+               f'{exp.load[0][0] - exp.fault_start:+.0f}s to '
+               f'{exp.load[-1][0] - exp.fault_start:+.0f}s from fault start</text>')
+    out.append("</svg>")
+    return "".join(out)

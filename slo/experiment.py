@@ -15,6 +15,7 @@ from slo import budget, sli
 from slo.checks import RPO_SLIS
 from slo.evidence import Event, EvidenceError, ExperimentEvidence, FaultRecord, Journal
 from slo.invariants import KNOWN_INVARIANTS, check_invariant
+from slo.load_timeline import goodput_recovery, load_points
 from slo.pipelines import PIPELINE_INVARIANTS, usable_result_seconds
 from slo.run_index import RunIndex, burn, observation_seconds
 from slo.sli import Outcome, ts
@@ -22,6 +23,9 @@ from slo.specs import Specs
 from slo.specs.model import RecoveryObjective
 from slo.telemetry import TelemetryLoss, telemetry_loss
 from slo.verdict import AlertResult, ExperimentResult, InvariantOutcome, SliWindow
+
+# how long before the fault the load timeline starts (the goodput the fault is compared with)
+LOAD_BEFORE_SECONDS = 20.0
 
 # generic event kinds -> the automation they show (docs/EVIDENCE.md, "events.jsonl")
 AUTOMATION: dict[str, Callable[[Event], bool]] = {
@@ -493,6 +497,9 @@ def evaluate_experiment(
     held = invariants(run, d.invariants, s)
     ttar, basis = _time_to_accepted_result(run, s.fault_start, s.horizon)
     audit = lost.acknowledged
+    # from a while before the fault (goodput before it) to the horizon (after it)
+    points = load_points(run.evidence.requests, s.fault_start - LOAD_BEFORE_SECONDS, s.horizon)
+    goodput = goodput_recovery(points, s.fault_start, s.fault.end)
     return ExperimentResult(
         **about,
         fault_name=window.name,
@@ -524,6 +531,10 @@ def evaluate_experiment(
         alerts=fired,
         telemetry_lost=lost_telemetry.reason if lost_telemetry else None,
         invariants=held,
+        load=[(round(p.t, 3), p.offered, p.goodput, p.p99_ms) for p in points],
+        goodput_before=goodput.before,
+        goodput_during=goodput.during,
+        goodput_recovery_seconds=goodput.seconds_after_trigger,
         findings=findings(exp.name, exp.journal, fired, lost, held) + (
             [(f"{exp.name}: Prometheus evidence lost ({lost_telemetry.reason}): alert "
               "objectives are no data; durability is still decided by the ledger and the store "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from slo.charts import legend_items, timeline_svg
+from slo.charts import goodput_text, legend_items, load_svg, timeline_svg
 from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
 from slo.junit import junit_xml
@@ -241,6 +241,7 @@ def render_markdown(verdict: Verdict) -> str:
             f"- detection: {fmt_secs(e.detection_seconds)}"
             + (f" ({e.detected_by})" if e.detected_by else ""),
             f"- recovery: {fmt_secs(e.recovery_seconds)} (RTO {fmt_secs(e.rto_seconds)})",
+            f"- load: {goodput_text(e)}",
             f"- user-visible effect: {e.failed_requests} failed, {e.slow_requests} slow of {e.requests} requests",
             f"- automation taken: {auto}",
             f"- manual decisions: {'; '.join(e.manual_decisions) or 'none'}",
@@ -337,6 +338,7 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},
         # no fault window, no timeline: a chart of a not-measured experiment would invent one
         charts={e.name: timeline_svg(e) for e in verdict.experiments if e.measured},
+        load_charts={e.name: load_svg(e) for e in verdict.experiments if e.measured},
         legends={e.name: legend_items(e) for e in verdict.experiments if e.measured},
         window_text=", ".join(windows),
         sample_window=format_duration(specs.evaluation.sample_window_seconds),

@@ -176,6 +176,13 @@ class ExperimentResult(_M):
     # Prometheus-dependent objectives are then "no data"
     telemetry_lost: str | None = None
     invariants: list[InvariantOutcome] = Field(default_factory=list)
+    # the load around the fault (slo/load_timeline.py): [t, offered/s, goodput/s, p99 ms]
+    # buckets, goodput before / during the fault, and seconds after the fault ended until
+    # goodput was back to 95 % of before (None: never, within the evidence)
+    load: list[tuple[float, float, float, float | None]] = Field(default_factory=list)
+    goodput_before: float | None = None
+    goodput_during: float | None = None
+    goodput_recovery_seconds: float | None = None
     # every invariant the experiment is judged by (objective's + the experiment's own)
     invariant_names: list[str] = Field(default_factory=list)
     failed_activities: list[str] = Field(default_factory=list)  # method activities that raised
