@@ -303,12 +303,7 @@ class AttemptRunner(threading.Thread):
                 self.metrics.api_errors.labels("report", "unavailable").inc()
                 log.warning("attempt %s: running report not delivered yet: %s",
                             self.claim.attempt_id, exc)
-            if time.monotonic() >= self._next_heartbeat:
-                self._heartbeat()
-            if time.monotonic() >= self._lease_deadline:
-                raise LeaseLost("lease expired before the running report got through")
-            if self.shutdown.is_set():
-                raise LeaseLost("agent shutting down before the running report got through")
+            self._tend_lease("before the running report got through", on_shutdown=True)
             time.sleep(max(self.settings.tick, 0.2))
 
     def _note_pending_reason(self) -> None:
@@ -448,10 +443,7 @@ class AttemptRunner(threading.Thread):
             except ApiUnavailable as exc:
                 log.warning("attempt %s: side effect not recorded yet: %s",
                             self.claim.attempt_id, exc)
-            if time.monotonic() >= self._next_heartbeat:
-                self._heartbeat()
-            if time.monotonic() >= self._lease_deadline:
-                raise LeaseLost("lease expired before the side effect could be recorded")
+            self._tend_lease("before the side effect could be recorded")
             time.sleep(max(self.settings.tick, 0.2))
 
     def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
@@ -464,12 +456,7 @@ class AttemptRunner(threading.Thread):
                     store, self.claim.operation_id, self.claim.number))
             except storage.StorageUnavailable as exc:
                 log.warning("attempt %s: cannot verify artifacts yet: %s", self.claim.attempt_id, exc)
-            if time.monotonic() >= self._next_heartbeat:
-                self._heartbeat()
-            if time.monotonic() >= self._lease_deadline:
-                raise LeaseLost("lease expired while waiting for the object store")
-            if self.shutdown.is_set():
-                raise LeaseLost("agent shutting down before artifacts could be verified")
+            self._tend_lease("while waiting for the object store", on_shutdown=True)
             time.sleep(self.settings.tick)
 
     def _holding_lease(self, call: Callable[[], Any]) -> Any:
@@ -492,13 +479,8 @@ class AttemptRunner(threading.Thread):
 
         threading.Thread(target=run, name=f"store-{self.claim.attempt_id[:8]}", daemon=True).start()
         while not done.wait(self.settings.tick):
-            if time.monotonic() >= self._next_heartbeat:
-                self._heartbeat()
-            if time.monotonic() >= self._lease_deadline:
-                # the read goes on by itself and its answer is dropped: the work is not ours now
-                raise LeaseLost("lease expired while reading the object store")
-            if self.shutdown.is_set():
-                raise LeaseLost("agent shutting down before artifacts could be verified")
+            # on LeaseLost the read goes on by itself and its answer is dropped: not ours now
+            self._tend_lease("while reading the object store", on_shutdown=True)
         if "error" in outcome:
             raise outcome["error"]
         return outcome.get("value")
@@ -577,7 +559,14 @@ class AttemptRunner(threading.Thread):
             return Delivery.UNAVAILABLE
 
     def _keep_lease_while_draining(self) -> None:
+        self._tend_lease("while delivering spooled events before the final report")
+
+    def _tend_lease(self, doing: str, *, on_shutdown: bool = False) -> None:
+        """While waiting on something: heartbeat when due, and give up (LeaseLost) once the
+        lease has run out by our clock, or, if asked, once the agent is shutting down."""
         if time.monotonic() >= self._next_heartbeat:
             self._heartbeat()
         if time.monotonic() >= self._lease_deadline:
-            raise LeaseLost("lease expired while delivering spooled events before the final report")
+            raise LeaseLost(f"lease expired {doing}")
+        if on_shutdown and self.shutdown.is_set():
+            raise LeaseLost(f"agent shutting down {doing}")
