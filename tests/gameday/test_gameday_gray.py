@@ -46,8 +46,9 @@ def test_the_healthy_platform_passes_both_gray_classes_measured(clone: FreshClon
     faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
     toxics = [f for f in faults if f["fault"] == "network_gray"]
     assert {f["target"] for f in toxics if f["event"] == "fault_start"} == {
-        "agents/slow-answers", "agents/connections-reset", "agents/silent-connections"}
-    assert sum(f["event"] == "fault_end" for f in toxics) == 3
+        "agents/slow-answers", "agents/connections-reset", "agents/silent-connections",
+        "agents/all-silent"}
+    assert sum(f["event"] == "fault_end" for f in toxics) == 4
     brownout = [f for f in faults if f["fault"] == "s3_brownout"]
     assert [f["event"] for f in brownout] == ["fault_start", "note", "fault_end"]
     start, end = brownout[0]["details"], brownout[-1]["details"]
