@@ -4,6 +4,13 @@ Network: toxics on the fault proxy's routes (infra/local/toxics.py: latency + ji
 bandwidth, slicer, limit_data, reset_peer, timeout), per route or group of routes
 (``agents``, ``database``, ``s3``, ``registry``), changeable while they are in effect.
 
+CPU: a cgroup quota on one component's processes (infra/local/cpu_starvation.py).
+
+Disk: a database member's disk slow (per-operation latency, fsync separately), full (ENOSPC)
+or failing (EIO), optionally only for paths under its data directory matching a glob
+(``pg_wal/**``), through the storage layer (infra/local/disk_faults.py; the environment must
+run with it: `gameday env up --storage-faults`).
+
 Object store: an S3 brownout (infra/local/s3_brownout.py: ``503 SlowDown`` or another 5xx
 on a share of requests, latency, a bandwidth cap), changeable while in effect; its fault
 records carry the request counts the retry-amplification invariant judges.
@@ -23,23 +30,40 @@ from chaos.context import ChaosError, Context
 from infra.local.s3_brownout import BrownoutInvalid, parse_brownout
 from infra.local.toxics import ToxicError, parse_toxic
 
-__all__ = ["add_toxics", "change_s3_brownout", "change_toxic", "end_s3_brownout",
-           "remove_toxics", "start_s3_brownout"]
+__all__ = ["add_toxics", "change_s3_brownout", "change_toxic", "clear_disk", "end_s3_brownout",
+           "fail_disk", "fill_disk", "remove_toxics", "restore_cpu", "slow_disk",
+           "start_s3_brownout", "starve_cpu"]
 
 # The actions that inject a fault, as in chaos/actions.py (what `gameday run --dry-run` lists).
-FAULTS = ("add_toxics", "change_s3_brownout", "start_s3_brownout")
+FAULTS = ("add_toxics", "change_s3_brownout", "start_s3_brownout", "starve_cpu", "slow_disk",
+          "fill_disk", "fail_disk")
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
 
 
-def _network(configuration: Configuration) -> Any:
+# what each gray capability of a driver is, for the refusal of one that lacks it
+CAPABILITIES = {
+    "network": "inject gray network faults (toxics on routes: the local environment's fault "
+               "proxy only)",
+    "store": "brown out the object store (the local environment's S3 server only)",
+    "cpu": "starve a process of CPU (cgroup quotas on the local environment's processes only)",
+    "disks": "inject storage faults (the local environment's storage layer only: gameday env "
+             "up --storage-faults)",
+}
+
+
+def _part(configuration: Configuration, name: str) -> tuple[Any, Any]:
+    """(driver, its fault part ``name``); ChaosError saying what it cannot do without one."""
     driver = Context.from_configuration(configuration).driver
-    network = getattr(driver, "network", None)
-    if network is None:
-        raise ChaosError(f"the {driver.name} fault driver cannot inject gray network faults "
-                         "(toxics on routes: the local environment's fault proxy only)")
-    return network
+    part = getattr(driver, name, None)
+    if part is None:
+        raise ChaosError(f"the {driver.name} fault driver cannot {CAPABILITIES[name]}")
+    return driver, part
+
+
+def _network(configuration: Configuration) -> Any:
+    return _part(configuration, "network")[1]
 
 
 def add_toxics(target: str, toxics: list[dict[str, Any]], configuration: Configuration = None,
@@ -72,12 +96,7 @@ def remove_toxics(target: str, names: list[str], configuration: Configuration = 
 
 
 def _store(configuration: Configuration) -> Any:
-    driver = Context.from_configuration(configuration).driver
-    store = getattr(driver, "store", None)
-    if store is None:
-        raise ChaosError(f"the {driver.name} fault driver cannot brown out the object store "
-                         "(the local environment's S3 server only)")
-    return store
+    return _part(configuration, "store")[1]
 
 
 def start_s3_brownout(brownout: dict[str, Any], baseline_seconds: float = 3.0,
@@ -96,6 +115,57 @@ def change_s3_brownout(brownout: dict[str, Any], configuration: Configuration = 
 
 def end_s3_brownout(configuration: Configuration = None, secrets: Secrets = None) -> dict:
     return _store(configuration).end()
+
+
+def _cpu(configuration: Configuration) -> tuple[Any, Any]:
+    return _part(configuration, "cpu")
+
+
+def starve_cpu(target: str, share: float = 0.1, configuration: Configuration = None,
+               secrets: Secrets = None) -> dict:
+    """Limit every process of ``target`` (a component, or primary/standby) to ``share`` of
+    one core: up and answering, slow."""
+    driver, cpu = _cpu(configuration)
+    return cpu.starve(driver.resolve(target)[0], share)
+
+
+def restore_cpu(target: str, configuration: Configuration = None,
+                secrets: Secrets = None) -> dict:
+    driver, cpu = _cpu(configuration)
+    return cpu.restore(driver.resolve(target)[0])
+
+
+def _disks(configuration: Configuration) -> Any:
+    return _part(configuration, "disks")[1]
+
+
+def slow_disk(target: str, fsync_ms: float = 0, write_ms: float = 0, read_ms: float = 0,
+              jitter_ms: float = 0, glob: str | None = None, configuration: Configuration = None,
+              secrets: Secrets = None) -> dict:
+    """Make ``target``'s disk (pg-0, pg-1, primary, standby) slow: each fsync, write, read
+    matching ``glob`` (relative to the data directory; None: all) late by its delay."""
+    return _disks(configuration).slow(target, fsync_ms=fsync_ms, write_ms=write_ms,
+                                      read_ms=read_ms, jitter_ms=jitter_ms, glob=glob)
+
+
+def fill_disk(target: str, glob: str | None = None, configuration: Configuration = None,
+              secrets: Secrets = None) -> dict:
+    """ENOSPC on every write, new file and extension matching ``glob``: a full disk."""
+    return _disks(configuration).full(target, glob=glob)
+
+
+def fail_disk(target: str, read: float = 0, write: float = 0, fsync: float = 0,
+              glob: str | None = None, configuration: Configuration = None,
+              secrets: Secrets = None) -> dict:
+    """EIO with these probabilities per operation."""
+    return _disks(configuration).errors(target, read=read, write=write, fsync=fsync, glob=glob)
+
+
+def clear_disk(target: str | None = None, settle_seconds: float = 0.0,
+               configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Healthy disks again (``target``'s, or every faulted one); with ``settle_seconds``,
+    wait up to that long for a leader and a synchronous standby and record the cluster."""
+    return _disks(configuration).clear(target, settle_seconds=settle_seconds)
 
 
 # -- validation before anything runs (chaos/validate.py) -------------------------------------
@@ -137,11 +207,47 @@ def _brownout_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
+def _share_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    share = arguments.get("share", 0.1)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0.01 <= share <= 1:
+        return [("share", f"a fraction of one core from 0.01 to 1, got {share!r}")]
+    return []
+
+
+def _target_problems(arguments: Mapping[str, Any], required: bool = True) -> list[tuple[str, str]]:
+    target = arguments.get("target")
+    if (target is None and not required) or (isinstance(target, str) and target.strip()):
+        return []
+    return [("target", f"a database member (pg-0, pg-1) or primary / standby, got {target!r}")]
+
+
+def _disk_problems(mode: str) -> Callable[[Mapping[str, Any]], list[tuple[str, str]]]:
+    from infra.local.disk_spec import params_of, problems
+
+    def check(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        params = {k: arguments[k] for k in params_of(mode) if k in arguments}
+        return _target_problems(arguments) + problems(mode, params)
+    return check
+
+
+def _clear_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    seconds = arguments.get("settle_seconds", 0.0)
+    out = _target_problems(arguments, required=False)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= 300:
+        out.append(("settle_seconds", f"a number of seconds from 0 to 300, got {seconds!r}"))
+    return out
+
+
 ARGUMENT_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] = {
     "add_toxics": _toxics_problems,
     "change_toxic": _change_problems,
     "start_s3_brownout": _brownout_problems,
     "change_s3_brownout": _brownout_problems,
+    "starve_cpu": _share_problems,
+    "slow_disk": _disk_problems("slow"),
+    "fill_disk": _disk_problems("full"),
+    "fail_disk": _disk_problems("errors"),
+    "clear_disk": _clear_problems,
 }
 
 

@@ -32,7 +32,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from gameday import collect
-from gameday.suites import SuiteError, experiment_names, load_experiment, validate_names
+from gameday.suites import (
+    SuiteError,
+    experiment_names,
+    experiment_requires,
+    load_experiment,
+    validate_names,
+)
 from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError
@@ -539,8 +545,10 @@ def _run_locked(opts: Options, env: Any, names: list[str], run_id: str, run_dir:
             overall = progress.add_task("game day", total=len(names))
             time.sleep(5)  # let the load reach steady state before the first fault
             for rec in records:
-                why_not = adapter.applicability(rec.name) or (
-                    env.applicability(rec.name) if cloud else None)
+                # the environment knows what it can run (a local one without the storage
+                # layer cannot run the disk classes); the experiment says what it needs
+                why_not = adapter.applicability(rec.name) or env.applicability(
+                    rec.name, experiment_requires(rec.name))
                 if why_not:
                     rec.status = f"not applicable: {why_not}"
                     not_applicable[rec.name] = why_not

@@ -31,9 +31,11 @@ SUITES: dict[str, tuple[str, ...]] = {
 # credential rotation replaces the environment's credentials for good: full only
 # The upgrade leaves the schema expanded (release N runs on it by design, docs/upgrades.md):
 # last, so every other class runs on the schema it was written for.
+# The storage classes need the storage layer (`env up --storage-faults`): without it the local
+# environment reports them not applicable, with the reason.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
                   "zone-outage", "telemetry-loss", "pipeline-recovery", "network-gray",
-                  "artifact-store-brownout", "upgrade")
+                  "artifact-store-brownout", "db-slow-disk", "db-disk-full", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)
@@ -86,6 +88,17 @@ def experiment_path(name: str) -> Path:
 def validate_names(names: list[str], env: str = "local") -> list[str]:
     """Every problem of these experiments (chaos/validate.py), judged against ``env``'s specs."""
     return validate_experiments([experiment_path(n) for n in names], env)
+
+
+def experiment_requires(name: str) -> tuple[str, ...]:
+    """What an experiment declares it needs from the environment (x-gameday ``requires``,
+    e.g. ``storage-faults``); one that cannot be read requires nothing here (`gameday
+    validate` reports it)."""
+    try:
+        requires = load_experiment(name).gameday.get("requires") or []
+    except (SuiteError, AttributeError):
+        return ()
+    return tuple(str(r) for r in requires) if isinstance(requires, list) else ()
 
 
 def load_experiment(name: str) -> Experiment:

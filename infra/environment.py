@@ -96,7 +96,9 @@ class Environment(Protocol):
     def db_writable(self, timeout: float = 2.0) -> bool: ...
     def wait_db_writable(self, timeout: float) -> float: ...  # seconds it took; raises if not
     def note(self, what: str, details: dict[str, Any] | None = None) -> None: ...  # timeline
-    def applicability(self, experiment: str) -> str | None: ...  # None, or why it cannot run
+    # None, or why it cannot run; ``requires``: what the experiment declares it needs
+    # (x-gameday ``requires``, e.g. ``storage-faults``)
+    def applicability(self, experiment: str, requires: Sequence[str] = ()) -> str | None: ...
 
 
 class EnvironmentUnavailable(Exception):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -74,6 +75,13 @@ NOT_APPLICABLE = {
                                "local S3 server's brownout layer; nothing browns out a real "
                                "S3 bucket (an S3 deny policy is an outage, not a brownout): "
                                "local only",
+    "db-slow-disk": "slows the database primary's disk through the local storage layer (faultfs "
+                    "under each Patroni member's data directory); RDS storage cannot be slowed "
+                    "from outside (a throttled gp3 volume would be the equivalent: not driven, "
+                    "local only)",
+    "db-disk-full": "fills the database primary's WAL disk through the local storage layer "
+                    "(faultfs ENOSPC); an RDS instance's storage cannot be filled on purpose "
+                    "without filling it with data (not driven, local only)",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",
@@ -270,8 +278,10 @@ class CloudEnvironment:
         return tuple(CloudAgent(f"{kube.agent_name_prefix}-{pool}", pool, self.region)
                      for pool in kube.agent_pools)
 
-    def applicability(self, experiment: str) -> str | None:
-        return NOT_APPLICABLE.get(experiment)
+    def applicability(self, experiment: str, requires: Sequence[str] = ()) -> str | None:
+        return NOT_APPLICABLE.get(experiment) or (
+            f"needs {', '.join(requires)}, which only the local environment provides"
+            if requires else None)
 
     # -- health -----------------------------------------------------------------------------
     def db_writable(self, timeout: float = 2.0) -> bool:

@@ -101,12 +101,16 @@ def env_group() -> None:
               type=click.Choice(list(PLATFORMS)),
               help="Platform under test (platforms/registry.py), e.g. prefect: Prefect 3 "
                    "server + process workers instead of the reference control plane.")
+@click.option("--storage-faults/--no-storage-faults", default=None,
+              help="Put each database member's data directory on a fault-injecting FUSE "
+                   "mount (disk-0, disk-1: docs/faultfs.md) so `gameday fault disk-*` can make "
+                   "it slow, full or failing. Default: as the environment was created (off).")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
-           platform: str) -> None:
+           platform: str, storage_faults: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
     from infra.local.env import LocalEnvironment
 
-    env = LocalEnvironment(name, home)
+    env = LocalEnvironment(name, home, storage_faults=storage_faults)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
         def report(message: str) -> None:
@@ -396,6 +400,47 @@ _fault_command("s3-brownout", "Brown the S3 store out: answer a share of request
                                      "the retry-amplification check compares with).")))
 _fault_command("s3-brownout-end", "End the S3 brownout (the store answers normally again).",
                lambda f: f.store.end())
+
+_GLOB = click.Option(["--glob"], default=None, metavar="PATTERN",
+                     help="Only paths under the data directory matching it, e.g. 'pg_wal/**' "
+                          "(* also matches /). Default: every file.")
+_fault_command("disk-slow", "Make TARGET's disk (pg-0, pg-1; aliases primary, standby) slow: "
+               "every fsync, write or read late by its delay. Needs `env up --storage-faults`; "
+               "again while active: the new setting applies.",
+               lambda f, target, **kw: f.disks.slow(target, **kw), "target", extra=(
+                   click.Option(["--fsync-ms"], type=click.FloatRange(0), default=0.0,
+                                help="Added to every fsync/fdatasync (a commit waits for one)."),
+                   click.Option(["--write-ms"], type=click.FloatRange(0), default=0.0),
+                   click.Option(["--read-ms"], type=click.FloatRange(0), default=0.0),
+                   click.Option(["--jitter-ms"], type=click.FloatRange(0), default=0.0,
+                                help="Uniform +- around each delay."),
+                   _GLOB))
+_fault_command("disk-full", "Fill TARGET's disk: ENOSPC on every write, new file and "
+               "extension (reads still work). Needs `env up --storage-faults`.",
+               lambda f, target, glob: f.disks.full(target, glob=glob), "target",
+               extra=(_GLOB,))
+_fault_command("disk-errors", "Make TARGET's disk fail: EIO with these probabilities.",
+               lambda f, target, **kw: f.disks.errors(target, **kw), "target", extra=(
+                   *(click.Option([f"--{op}"], type=click.FloatRange(0, 1), default=0.0,
+                                  help=f"Probability of EIO per {op}.")
+                     for op in ("read", "write", "fsync")),
+                   _GLOB))
+_fault_command("disk-clear", "Make TARGET's disk healthy again ('all': every faulted disk).",
+               lambda f, target: f.disks.clear(None if target == "all" else target), "target")
+
+
+def _starve(f: Any, target: str, share: float) -> dict[str, Any]:
+    component, _ = f.resolve(target)
+    return f.cpu.starve(component, share)
+
+
+_fault_command("cpu-starve", "Limit every process of TARGET (aliases: primary, standby) to "
+               "SHARE of one core (a cgroup CPU quota): up, answering, slow. Again while "
+               "active: the new share applies.", _starve, "target",
+               extra=(click.Option(["--share"], type=click.FloatRange(0.01, 1.0), default=0.1,
+                                   show_default=True, help="Fraction of one core."),))
+_fault_command("cpu-restore", "Give TARGET its CPU back.",
+               lambda f, target: f.cpu.restore(f.resolve(target)[0]), "target")
 
 
 def _lose_db(f: Any) -> dict[str, Any]:

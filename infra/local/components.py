@@ -188,11 +188,14 @@ def superuser_dsn(port: int, secrets: Secrets, db: str = "postgres") -> str:
 
 
 def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
-             secrets: Secrets) -> ComponentSpec:
+             secrets: Secrets, on_disk: bool = False) -> ComponentSpec:
     name = f"pg-{index}"
     home = db_root / name
     home.mkdir(parents=True, exist_ok=True)
     chown_for_postgres(home)
+    # with the storage layer the data directory lives on the member's faultfs mount
+    # (infra/local/storage.py); config, password file and socket stay in its home
+    data_dir = home / "disk" / "data" if on_disk else home / "data"
     pg, rest = ports[f"pg{index}"], ports[f"pg{index}_rest"]
     config = {
         "scope": f"gameday-{env_name}",
@@ -234,7 +237,7 @@ def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
         "postgresql": {
             "listen": f"127.0.0.1:{pg}",
             "connect_address": f"127.0.0.1:{pg}",
-            "data_dir": str(home / "data"),
+            "data_dir": str(data_dir),
             "bin_dir": str(PG_BIN),
             "pgpass": str(home / "pgpass"),  # one per member (docs/DESIGN.md section 8.5)
             "authentication": {
@@ -262,7 +265,7 @@ def _patroni(db_root: Path, env_name: str, index: int, ports: dict[str, int],
         name=name, kind="patroni", group=Group.DATABASE, argv=["/usr/bin/patroni", str(path)],
         health=HealthCheck(f"http://127.0.0.1:{rest}/health"),
         ports={"postgres": pg, "rest": rest}, user=run_as_postgres(),
-        labels={"data_dir": str(home / "data")},
+        labels={"data_dir": str(data_dir), "home": str(home)},
     )
 
 
@@ -408,7 +411,8 @@ def generate_rules_file(state: Path) -> Path | None:
 
 def build_components(state: Path, env_name: str, ports: dict[str, int], secrets: Secrets,
                      agents: tuple[AgentSpec, ...], controlplane: bool,
-                     db_root: Path | None = None) -> dict[str, ComponentSpec]:
+                     db_root: Path | None = None,
+                     storage_faults: bool = False) -> dict[str, ComponentSpec]:
     run, logs = state / "run", state / "logs"
     for sub in (run, logs, state / "etcd", state / "registry", state / "prometheus"):
         sub.mkdir(parents=True, exist_ok=True)
@@ -429,7 +433,14 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
     db_root = db_root or state
     if db_root != state:
         prepare_db_root(db_root, state)
-    specs += [_patroni(db_root, env_name, i, ports, secrets) for i in (0, 1)]
+    if storage_faults:  # each member's disk first: it must be mounted before the member starts
+        from infra.local.storage import disk_component
+
+        for i in (0, 1):
+            (db_root / f"pg-{i}").mkdir(parents=True, exist_ok=True)
+            chown_for_postgres(db_root / f"pg-{i}")
+            specs.append(disk_component(db_root / f"pg-{i}", i, ports[f"disk{i}_control"]))
+    specs += [_patroni(db_root, env_name, i, ports, secrets, storage_faults) for i in (0, 1)]
 
     (state / "haproxy.cfg").write_text(_haproxy_cfg(state, ports))
     specs.append(ComponentSpec(

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -36,7 +36,7 @@ from typing import Any
 import click
 import httpx
 
-from infra.local import orphans, procs
+from infra.local import orphans, procs, storage
 from infra.local.components import (
     PG_BIN,
     ComponentSpec,
@@ -122,7 +122,8 @@ class LocalEnvironment:
     """Composition root of one local environment (one state directory)."""
 
     def __init__(self, name: str = "local", home: Path | None = None,
-                 agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS) -> None:
+                 agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS,
+                 storage_faults: bool | None = None) -> None:
         self.name = name
         self.state_dir = state_dir_for(name, home)
         self.state = EnvState(name, self.state_dir)
@@ -133,6 +134,10 @@ class LocalEnvironment:
         self._faults: Any = None
         if self.env_file.exists():
             self._read_info()
+        # whether `up` puts each database member's data directory on a faultfs mount
+        # (infra/local/storage.py); None: as env.json says (off for a new environment)
+        self.storage_faults = (bool(self.info.get("storage_faults")) if storage_faults is None
+                               else storage_faults)
 
     # -- files (infra/local/state.py) ---------------------------------------------------------
     @property
@@ -183,14 +188,18 @@ class LocalEnvironment:
 
     @property
     def faults(self) -> Any:
+        from infra.local.fault_parts import local_fault_parts
         from infra.local.faults import FaultInjector
 
         if self._faults is None:
-            self._faults = FaultInjector(self)
+            self._faults = FaultInjector(self, local_fault_parts)
         return self._faults
 
-    def applicability(self, experiment: str) -> str | None:
-        """Every experiment is written for the local topology: all apply."""
+    def applicability(self, experiment: str, requires: Sequence[str] = ()) -> str | None:
+        """Every experiment is written for the local topology; one that declares it needs the
+        storage layer (x-gameday ``requires: [storage-faults]``) needs it started."""
+        if storage.REQUIREMENT in requires and not storage.disks(self):
+            return f"needs the storage fault layer: {storage.HINT}"
         return None
 
     @property
@@ -253,10 +262,13 @@ class LocalEnvironment:
         spec = self.components[component]
         if self.main_pid(component):
             return self.main_pid(component)  # type: ignore[return-value]
+        if spec.kind == "patroni":
+            storage.check_mounted(self, component)
+        home = spec.labels.get("home") or str(Path(spec.labels.get("data_dir", ".")).parent)
         answer = self.supervisor.call(
             "spawn", name=spec.name, argv=spec.argv, env=spec.env, user=spec.user,
             log=str(self.log_file(component)),
-            cwd=str(Path(spec.labels["data_dir"]).parent) if spec.kind == "patroni" else None,
+            cwd=home if spec.kind == "patroni" else None,  # never on a mount: it would pin it
         )
         record = {"pid": answer["pid"], "pgid": answer["pgid"], "start_ticks": answer["start_ticks"],
                   "started_at": utcnow(), "argv": spec.argv}
@@ -395,6 +407,13 @@ class LocalEnvironment:
         if not self.info:  # no env.json: a database left here has lost its passwords
             orphans.remove_stale(db_root_for(self.state_dir, self.name), self.state_dir, say)
         problems = self.preflight(platform)
+        if self.storage_faults:
+            problems += storage.preflight()
+        if self.info and bool(self.info.get("storage_faults")) != self.storage_faults:
+            # the data directories are in other places with and without the storage layer
+            was = "with" if self.info.get("storage_faults") else "without"
+            problems.append(f"this environment was created {was} --storage-faults: start it "
+                            "the same way, or `gameday env down --purge` it first")
         if problems:
             raise EnvError("cannot start the local environment:\n  " + "\n  ".join(problems))
 
@@ -407,20 +426,22 @@ class LocalEnvironment:
         agents = self.topology if with_agents else ()
         self.agents = agents
         # the platform's own components join the shared ones
-        ports = allocate_ports(port_names(self.topology) + hooks.port_names(),
+        ports = allocate_ports(port_names(self.topology) + hooks.port_names()
+                               + storage.port_names(self.storage_faults),
                                previous.get("ports"), owner=str(self.state_dir))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()
         # kept across up/down so a stopped environment restarts on its own data
         db_root = Path(previous.get("db_root") or db_root_for(self.state_dir, self.name))
         self.components = build_components(self.state_dir, self.name, ports, secrets, agents,
-                                           with_cp, db_root=db_root)
+                                           with_cp, db_root=db_root,
+                                           storage_faults=self.storage_faults)
         platform_info = hooks.prepare(previous.get("platform_info") or {})
         self.components.update(hooks.build_components(self.state_dir, ports, platform_info))
         zones = self._zones_of(agents)
         self.info = {
             "name": self.name, "state_dir": str(self.state_dir), "db_root": str(db_root),
-            "status": "starting",
+            "status": "starting", "storage_faults": self.storage_faults,
             "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
             "agents": [a.as_dict() for a in agents],
             "controlplane": {"included": with_cp, "agents": with_agents,
@@ -441,7 +462,7 @@ class LocalEnvironment:
             if with_cp:
                 self._up_controlplane(say, timeout, agents)
             hooks.up(self, say, timeout)
-            standby = self.db.wait_sync_standby(timeout)
+            standby = self.db.wait_sync_standby(storage.db_timeout(self, timeout))
             say(f"synchronous standby: {standby}")
             if not os.environ.get(OWNER_ENV):
                 self.supervisor.call("detach")  # outlives `up`: stopped by `down`
@@ -549,6 +570,9 @@ class LocalEnvironment:
             for name, spec in self.components.items():
                 if spec.group is group:
                     self.spawn(name)
+            if group is Group.INFRA and storage.disks(self):
+                # the members' data directories are on these mounts
+                self.wait_healthy(storage.disks(self), timeout, say)
         say("infrastructure processes started")
         infra = [n for n, s in self.components.items() if s.group is Group.INFRA]
         self.wait_healthy(infra, timeout, say)
@@ -560,8 +584,8 @@ class LocalEnvironment:
             digest = image.result()
             say(f"image pushed ({digest[:19]})")
         self.info["endpoints"]["image_digest"] = digest
-        self.wait_healthy(["pg-0", "pg-1"], timeout, say)
-        self.wait_db_writable(timeout)
+        self.wait_healthy(["pg-0", "pg-1"], storage.db_timeout(self, timeout), say)
+        self.wait_db_writable(storage.db_timeout(self, timeout))
         say(f"database primary: {self.db.leader()}")
         self.db.setup_app_database()
 
@@ -613,6 +637,7 @@ class LocalEnvironment:
     # -- down -------------------------------------------------------------------------------
     def _teardown(self, grace: float = 3.0) -> list[int]:
         """Stop every process of this environment; return pids that survived (should be none)."""
+        storage.stop_members_then_disks(self)  # no-op without the storage layer
         try:
             self.supervisor.call("shutdown", grace=grace)
         except SupervisorError:
@@ -654,6 +679,8 @@ class LocalEnvironment:
             self._write_info()
         if purge:
             db_root = Path(self.info.get("db_root") or self.state_dir)
+            for root in {db_root, self.state_dir}:  # never delete through a mount
+                storage.detach_stale_mounts(root)
             if db_root != self.state_dir:
                 shutil.rmtree(db_root, ignore_errors=True)
             shutil.rmtree(self.state_dir)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +43,13 @@ from controlplane.clock import RECHECK_SECONDS as CLOCK_RECHECK_SECONDS
 from infra.local import procs
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
 from infra.local.fault_ledger import FaultLedger
-from infra.local.route_toxics import RouteToxics
-from infra.local.store_brownout import StoreBrownout
 
 if TYPE_CHECKING:
+    from infra.local.cpu_starvation import CpuStarvation
+    from infra.local.disk_faults import DiskFaults
     from infra.local.env import LocalEnvironment
+    from infra.local.route_toxics import RouteToxics
+    from infra.local.store_brownout import StoreBrownout
 
 PROXY_MODES = ("refuse", "blackhole")
 CLOCK_KINDS = ("agent", "reconciler")  # processes with an injectable clock (controlplane/clock.py)
@@ -58,18 +61,21 @@ class FaultInjector:
 
     name = "local"
 
-    def __init__(self, env: LocalEnvironment) -> None:
+    def __init__(self, env: LocalEnvironment,
+                 parts: Callable[[FaultInjector], Mapping[str, Any]] | None = None) -> None:
         self.env = env
         self.ledger = FaultLedger(env.timeline_file, env.state_dir / "faults_active.json")
         self.timeline = self.ledger.timeline
         self.active_file = self.ledger.active_file
-        # Fault layers with their own state, each a component of its own: asked to undo what
-        # they did before the process faults below are undone.
-        self.network = RouteToxics(env.endpoints.get("fault_proxy"), self.ledger)
-        moto = env.components.get("moto")
-        self.store = StoreBrownout(f"http://127.0.0.1:{moto.ports['s3']}" if moto else None,
-                                   self.ledger)
-        self.parts = (self.network, self.store)
+        # Fault layers with their own state, each a component of its own (infra/local/
+        # fault_parts.py, given by the composition root): asked to undo what they did before
+        # the process faults below are undone. A capability a driver lacks is None.
+        built = dict(parts(self)) if parts is not None else {}
+        self.network: RouteToxics | None = built.get("network")
+        self.store: StoreBrownout | None = built.get("store")
+        self.cpu: CpuStarvation | None = built.get("cpu")
+        self.disks: DiskFaults | None = built.get("disks")
+        self.parts = tuple(built.values())
 
     # -- bookkeeping (infra/local/fault_ledger.py) ------------------------------------------
     def active(self) -> dict[str, dict[str, Any]]:

@@ -49,8 +49,15 @@ def orphans(root: Path = SYSTEM_DB_ROOT) -> list[tuple[Path, Path]]:
 def remove_orphans(root: Path = SYSTEM_DB_ROOT,
                    say: Callable[[str], object] = lambda _msg: None) -> list[Path]:
     """Delete every orphan under root, each named through ``say``; the ones deleted."""
+    from infra.local.storage import detach_stale_mounts
+
     removed = []
     for db_root, owner in orphans(root):
+        try:  # a killed storage layer's dead mounts (--storage-faults) go first
+            detach_stale_mounts(db_root)
+        except EnvError as exc:
+            say(f"left {db_root} alone: {exc}")
+            continue
         shutil.rmtree(db_root, ignore_errors=True)
         if db_root.exists():  # e.g. another user's: said, never claimed
             say(f"could not remove {db_root}, the database of an environment whose state "
@@ -73,6 +80,9 @@ def remove_stale(db_root: Path, state_dir: Path,
     if running:
         raise EnvError(f"{db_root} holds the database of {state_dir}, whose env.json is gone, "
                        f"and processes of it still run ({sorted(set(running))}): stop them first")
+    from infra.local.storage import detach_stale_mounts
+
+    detach_stale_mounts(db_root)
     shutil.rmtree(db_root, ignore_errors=True)
     if db_root.exists():
         raise EnvError(f"could not remove {db_root}: the database of an earlier environment at "

@@ -83,3 +83,21 @@ def test_restore_all_removes_every_toxic(env: LocalEnvironment) -> None:
                                 "network_gray:s3/bandwidth_downstream"]
     assert all(r["toxics"] == [] for r in json.loads(_cli(env, "routes")[1]).values())
     assert env.faults.active() == {}
+
+
+def test_cpu_starvation_of_a_component_through_the_cli(env: LocalEnvironment) -> None:
+    """The reconciler's processes move into a limited cgroup and back; the timeline has both
+    ends; a share out of range is refused by the CLI."""
+    code, out = _cli(env, "cpu-starve", "reconciler", "--share", "0.05")
+    if code == 1 and "needs a cgroup hierarchy" in out:
+        pytest.skip(f"no cgroup CPU controller here: {out.strip()}")
+    assert code == 0, out
+    started = json.loads(out)
+    group = env.faults.cpu.group("reconciler")
+    inside = {int(p) for p in (group / "cgroup.procs").read_text().split()}
+    assert set(started["pids"]) <= inside and env.main_pid("reconciler") in inside
+    assert _cli(env, "cpu-restore", "reconciler")[0] == 0
+    assert not group.exists()
+    assert not [k for k in env.faults.active() if k.startswith("cpu_starvation:")]
+    code, out = _cli(env, "cpu-starve", "reconciler", "--share", "2")
+    assert code == 2 and "--share" in out
