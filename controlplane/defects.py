@@ -46,6 +46,10 @@ KNOWN: dict[str, str] = {
                             "a slow object store lets the lease run out",
     "storage-retry-no-backoff": "a failed object-store call is retried at once, without "
                                 "backoff: a throttled store gets a storm of requests",
+    "readyz-commit-deadline": "/readyz also commits a write and allows it 100 ms: a slow disk's "
+                              "commits take every API replica out of the load balancer",
+    "ack-unknown-outcome": "a submission whose commit failed with a lost connection (outcome "
+                           "unknown) is acknowledged as if it had committed",
 }
 
 
@@ -73,6 +77,8 @@ WHERE: dict[str, frozenset[str]] = {
     "deadline-beyond-lease": frozenset({"agent"}),
     "verify-starves-lease": frozenset({"agent"}),
     "storage-retry-no-backoff": frozenset({"agent"}),  # the workload inherits its agent's env
+    "readyz-commit-deadline": frozenset({"api"}),
+    "ack-unknown-outcome": frozenset({"api"}),  # the group commit's error path
 }
 
 

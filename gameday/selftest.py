@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gameday.run import EXIT_REFUSED, Options, resolve_home, run_gameday
-from gameday.suites import SUITES
+from gameday.suites import SUITES, experiment_requires
+from infra.local.storage import REQUIREMENT as STORAGE
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,12 @@ MATRIX += (
          "artifact-store-brownout.invariant.bounded-retry-amplification"),
     Case("artifact-store-brownout", "verify-starves-lease", "artifact-store-brownout",
          "artifact-store-brownout.invariant.leases-held"),
+)
+MATRIX += (
+    Case("db-slow-disk", "readyz-commit-deadline", "db-slow-disk",
+         "db-slow-disk.invariant.served-after-detection"),
+    Case("db-disk-full", "ack-unknown-outcome", "db-disk-full",
+         "db-disk-full.rpo.acknowledged_submissions"),
 )
 MATRIX += (
     Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",
@@ -146,7 +153,8 @@ def _table(results: list[Result]) -> Table:
         t.add_column(col)
     for r in results:
         t.add_row(r.case.failure_class, r.case.defect, r.case.experiment,
-                  "[green]caught[/]" if r.caught else "[red]MISSED[/]",
+                  "[green]caught[/]" if r.caught else
+                  "[yellow]not run[/]" if r.note.startswith("not run:") else "[red]MISSED[/]",
                   r.case.objective if r.caught else r.note, str(r.exit_code), f"{r.seconds:.0f}")
     return t
 
@@ -174,6 +182,9 @@ def selftest_cmd(defects: tuple[str, ...], suite: str, runs_dir: Path, down_afte
     home = resolve_home(None)
     cases = select(defects, suite)
     env = LocalEnvironment("local", home)
+    if not env.info and any(STORAGE in experiment_requires(c.experiment) for c in cases):
+        # a new environment gets the storage layer the disk classes need
+        env = LocalEnvironment("local", home, storage_faults=True)
     started_env = False
     if not env.is_running():
         console.print("bringing up the local environment ...")
@@ -196,14 +207,21 @@ def selftest_cmd(defects: tuple[str, ...], suite: str, runs_dir: Path, down_afte
             console.print(f"[{i}/{len(cases)}] {case.defect} -> {case.experiment} ...",
                           highlight=False)
             t0 = time.monotonic()
+            why_not = env.applicability(case.experiment, experiment_requires(case.experiment))
             try:
-                r = run_case(case, env, root / case.defect, root / f"{case.defect}.log", home)
+                if why_not:  # never run, never "missed": the row says what it needs
+                    r = Result(case, False, EXIT_REFUSED, [], None, 0.0, f"not run: {why_not}")
+                else:
+                    r = run_case(case, env, root / case.defect, root / f"{case.defect}.log",
+                                 home)
             except Exception as exc:  # noqa: BLE001 - one crashed row must not hide the others
                 r = Result(case, False, -1, [], None, round(time.monotonic() - t0, 1),
                            f"crashed: {type(exc).__name__}: {exc}"[:300])
             results.append(r)
-            console.print(f"    {'caught by ' + case.objective if r.caught else 'MISSED: ' + r.note}"
-                          f" (exit {r.exit_code}, {r.seconds:.0f}s)", highlight=False)
+            verdict = ("caught by " + case.objective if r.caught else
+                       r.note if r.note.startswith("not run:") else "MISSED: " + r.note)
+            console.print(f"    {verdict} (exit {r.exit_code}, {r.seconds:.0f}s)",
+                          highlight=False)
             (root / "selftest.json").write_text(json.dumps(
                 [{**asdict(x.case), **{k: v for k, v in asdict(x).items() if k != "case"}}
                  for x in results], indent=2))

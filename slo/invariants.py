@@ -398,6 +398,22 @@ def _pipeline_judge(name: str) -> Judge:
 for _name in ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",
               "partial-failure-visibility", "release-after-checks"):
     INVARIANTS[_name] = _pipeline_judge(_name)
+
+
+def _storage_judge(name: str) -> Judge:
+    """The database storage invariants live in slo/storage_invariants.py (which imports this
+    module)."""
+    def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
+        from slo import storage_invariants as st
+
+        if name == "bounded-latency":
+            return st.bounded_latency(ev.requests, ev.faults, lo, hi)
+        return st.promotions(ev.faults, lo, hi, 0 if name == "no-failover" else 1, name)
+    return judge
+
+
+for _name in ("bounded-latency", "no-failover", "at-most-one-failover"):
+    INVARIANTS[_name] = _storage_judge(_name)
 KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
 
 

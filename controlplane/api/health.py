@@ -32,6 +32,19 @@ async def _telemetry_reachable(url: str) -> str | None:
     return None
 
 
+async def _commit_within(pool: Pool, seconds: float) -> str | None:
+    """Seeded defect readyz-commit-deadline only: a write committed within ``seconds``, or
+    why not. A transactional WAL message makes its commit wait for the WAL flush (a bare
+    transaction id does not: nothing to flush), and touches no table."""
+    try:
+        async with pool.connection(timeout=1.0) as c:
+            await asyncio.wait_for(
+                c.execute("SELECT pg_logical_emit_message(true, 'readyz', '')"), seconds)
+    except Exception as exc:  # noqa: BLE001 - the defect reads any failure as death
+        return f"database commit not within {seconds * 1000:.0f} ms: {type(exc).__name__}"
+    return None
+
+
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
@@ -46,6 +59,10 @@ async def readyz(pool: Pool) -> Response:
             await c.execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         return JSONResponse({"status": "unavailable", "detail": f"database: {exc}"}, 503)
+    if defects.enabled("readyz-commit-deadline"):  # seeded defect: a slow commit read as death
+        problem = await _commit_within(pool, 0.1)
+        if problem:
+            return JSONResponse({"status": "unavailable", "detail": problem}, 503)
     telemetry = os.environ.get(TELEMETRY_URL_ENV)
     if telemetry and defects.enabled("readyz-needs-telemetry"):  # seeded defect: test only
         problem = await _telemetry_reachable(telemetry)

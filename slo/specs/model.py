@@ -29,6 +29,8 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "pipeline-recovery",
     "network-gray",
     "artifact-store-brownout",
+    "db-slow-disk",
+    "db-disk-full",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")
