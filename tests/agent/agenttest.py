@@ -40,7 +40,13 @@ class Proc:
         return self.popen.pid
 
     def freeze(self) -> None:
+        """SIGSTOP the group and wait until every thread of the process is stopped: the stop
+        reaches a busy thread on another core a little later, and a request it answered in
+        between made a frozen-registry test fail once in CI."""
         os.killpg(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and not _all_threads_stopped(self.pid):
+            time.sleep(0.01)
 
     def thaw(self) -> None:
         os.killpg(self.pid, signal.SIGCONT)
@@ -53,6 +59,15 @@ class Proc:
                 except ProcessLookupError:
                     break
         self.popen.wait(timeout=10)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for task in Path(f"/proc/{pid}/task").iterdir()]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True  # gone (or a thread ended while we read): nothing left to wait for
+    return all(state in ("T", "t") for state in states)
 
 
 class ProcessSupervisor:

@@ -59,7 +59,12 @@ def test_html_report_is_self_contained(reported) -> None:
     html = paths["report.html"].read_text()
     assert "<script" not in html
     assert not re.search(r'(src|href)="(https?:)?//', html), "no remote resources"
-    assert html.count("<svg") == len(verdict.experiments)
+    # per experiment its SLI timeline and, measured, the load around its fault
+    assert html.count('aria-label="SLI timeline') == len(verdict.experiments)
+    assert html.count('aria-label="load around') == sum(
+        1 for e in verdict.experiments if e.measured and e.load)
+    assert html.count("<svg") == html.count('aria-label="SLI timeline') + html.count(
+        'aria-label="load around')
     for e in verdict.experiments:
         assert f'href="runbooks/{e.runbook}.md"' in html
         assert f"RTO {e.rto_seconds:g}s" in html  # the RTO deadline marker
