@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from controlplane import clock, defects
+from controlplane.agent.hedge import hedged
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +187,17 @@ class AgentApi:
 
     def attempt_heartbeat(self, attempt_id: str, fencing_token: int,
                           progress: dict[str, Any] | None) -> AttemptHeartbeat:
-        body = self._post(f"/v1/attempts/{attempt_id}/heartbeat",
-                          {"fencing_token": fencing_token, "progress": progress,
-                           "agent_time": clock.wall()})
+        """Hedged once the deadline is known: unanswered after half of it, the heartbeat goes
+        again on another connection (controlplane/agent/hedge.py): the lease hangs on it."""
+        body_sent = {"fencing_token": fencing_token, "progress": progress,
+                     "agent_time": clock.wall()}
+
+        def call() -> dict[str, Any]:
+            return self._post(f"/v1/attempts/{attempt_id}/heartbeat", body_sent)
+
+        body = (call() if self.deadline is None else
+                hedged(call, retry_on=ApiUnavailable, every=self.deadline / 2,
+                       within=self.deadline, name=f"heartbeat-{attempt_id[:8]}"))
         return AttemptHeartbeat(bool(body.get("cancel", False)), body.get("lease_expires_at"))
 
     def send_events(self, attempt_id: str, fencing_token: int, events: list[dict[str, Any]]) -> None:

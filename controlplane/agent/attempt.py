@@ -46,6 +46,9 @@ from controlplane.runtimes.base import (
 from controlplane.workload.events import WorkloadEvent
 
 log = logging.getLogger(__name__)
+# After a failed heartbeat the next try comes this soon (at most one interval): 2/s per attempt
+# against an API that refuses, and only until the lease runs out.
+HEARTBEAT_RETRY_SECONDS = 0.5
 # Spooled batches sent per supervision tick: a drained backlog must not delay heartbeats.
 FLUSH_BATCHES_PER_TICK = 5
 # How long a workload's closing event (artifact_written) may wait for its exit, to ride inside
@@ -143,6 +146,7 @@ class AttemptRunner(threading.Thread):
         # so an attempt shorter than that sends none (one request less per short attempt).
         self._next_heartbeat = time.monotonic() + heartbeat_seconds
         self._pending_reason: str | None = None
+        self._heartbeat_failing = False
 
     # --- thread body ------------------------------------------------------------------------
 
@@ -256,14 +260,18 @@ class AttemptRunner(threading.Thread):
             result = self.handle.result()
             if result is not None:  # events not sent yet go with the final report
                 return result
-            if not self._holding_closing_event() and not self._holding_progress():
-                self._forward_events()
-            self._note_pending_reason()
-            now = time.monotonic()
-            if now >= self._next_heartbeat:
+            # The heartbeat first, and no event calls while it fails: one that met a silent
+            # connection would hold the heartbeat's next try back a whole deadline. The events
+            # wait in the spool; the lease cannot wait.
+            if time.monotonic() >= self._next_heartbeat:
                 self._heartbeat()
                 if self.ending is Ending.CANCELED:
                     return None
+            if self._heartbeat_failing:
+                self._spool_outbox()
+            elif not self._holding_closing_event() and not self._holding_progress():
+                self._forward_events()
+            self._note_pending_reason()
             if time.monotonic() >= self._lease_deadline:
                 raise LeaseLost(f"no successful heartbeat for {self.claim.lease_seconds:.1f}s: "
                                 "lease expired by our clock")
@@ -283,8 +291,12 @@ class AttemptRunner(threading.Thread):
         except ApiUnavailable as exc:
             self.metrics.api_errors.labels("attempt_heartbeat", "unavailable").inc()
             log.warning("attempt %s: heartbeat failed: %s", self.claim.attempt_id, exc)
-            self._next_heartbeat = sent + min(self.heartbeat_seconds, 1.0)
+            # soon again: the lease has only what the interval left of it (a silent try has
+            # already waited its deadline, so this is at once then)
+            self._next_heartbeat = sent + min(self.heartbeat_seconds, HEARTBEAT_RETRY_SECONDS)
+            self._heartbeat_failing = True
             return
+        self._heartbeat_failing = False
         # Measured from when we sent it: the server's clock started no earlier.
         self._lease_deadline = sent + self.claim.lease_seconds
         if reply.cancel:
@@ -323,6 +335,15 @@ class AttemptRunner(threading.Thread):
             return Delivery.DONE
         batch, self._outbox = coalesce_progress(self._outbox), []
         return self.courier.forward(self.key, batch, max_batches=FLUSH_BATCHES_PER_TICK)
+
+    def _spool_outbox(self) -> None:
+        """New events straight to the spool, not sent: the flush after the next good heartbeat
+        delivers them in order (to disk during an outage, not to a list in memory)."""
+        if self.handle is not None:
+            self._observe(self.handle.drain_events())
+        if self._outbox:
+            batch, self._outbox = coalesce_progress(self._outbox), []
+            self.courier.spool.append(self.key, batch)
 
     def _holding_closing_event(self) -> bool:
         """True while the workload's closing event waits to ride inside the final report.
