@@ -1,6 +1,9 @@
-"""The `full`-only classes beyond the core, each on one environment from a fresh clone: the
-healthy platform passes the class's experiment measured, and its seeded defect is caught by
-the named objective (gameday/selftest.py)."""
+"""The `full`-only classes clock-skew and credential-rotation, on one environment from a fresh
+clone: the healthy platform passes each class's experiment measured (make test), and each
+seeded defect (`lease-from-agent-clock`, `token-cached-forever`) is caught by its named
+objective (gameday/selftest.py) in its own `tier2` test, which `make test` leaves to
+`make test-tier2` (README, Development). The defect tests use their own runs directories and
+do not need the healthy tests to have run."""
 
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
 
 
 @pytest.mark.timeout(1200)
-def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: FreshClone) -> None:
-    """clock-skew is in the `full` suite only: its healthy run and its seeded defect
-    (`lease-from-agent-clock`) are proven here, on the module's environment."""
+def test_clock_skew_passes_measured(clone: FreshClone) -> None:
+    """clock-skew is in the `full` suite only: its healthy run is proven here, on the module's
+    environment (its seeded defect in the tier2 test below)."""
     runs = clone.root / "clock-skew-runs"
     r = clone.gameday("run", "--experiment", "clock-skew", "--runs-dir", str(runs), timeout=900)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
@@ -54,6 +57,13 @@ def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: Fresh
     offsets = [c["data"].get("agent_clock_offset") for c in claims]
     assert any(o is not None and abs(o) >= 25 for o in offsets), offsets
 
+
+@pytest.mark.tier2
+@pytest.mark.timeout(1200)
+def test_clock_skew_seeded_defect_lease_from_agent_clock_is_caught(clone: FreshClone) -> None:
+    """clock-skew's seeded defect (`lease-from-agent-clock`: a lease measured from the agent's
+    own clock) is caught by `clock-skew.invariant.lease-granted-once`; `make test-tier2`."""
+    runs = clone.root / "clock-skew-selftest"
     caught = clone.gameday("selftest", "--defect", "lease-from-agent-clock", "--runs-dir",
                            str(runs), timeout=900)
     [selftest] = sorted(runs.glob("selftest-*"))
@@ -64,11 +74,10 @@ def test_clock_skew_passes_measured_and_its_seeded_defect_is_caught(clone: Fresh
 
 
 @pytest.mark.timeout(900)
-def test_credential_rotation_passes_and_a_token_cached_forever_is_caught(
-        clone: FreshClone) -> None:
+def test_credential_rotation_passes(clone: FreshClone) -> None:
     """Issue 17 item 5: agent token, project token and database password rotated under load,
-    no failed acknowledged submission, no lost lease, the old ones refused; and an agent that
-    keeps its first token forever is caught by `leases-held`."""
+    no failed acknowledged submission, no lost lease, the old ones refused (the agent that
+    keeps its first token forever: the tier2 test below)."""
     runs = clone.path / "runs-credrot"
     r = clone.gameday("run", "--experiment", "credential-rotation", "--runs-dir", str(runs),
                       timeout=600)
@@ -97,6 +106,14 @@ def test_credential_rotation_passes_and_a_token_cached_forever_is_caught(
                     if k in ("agent_token", "pg_app", "project_token")})
     assert leaked_secrets([state / "logs", run_dir], secrets) == []
 
+
+@pytest.mark.tier2
+@pytest.mark.timeout(900)
+def test_credential_rotation_seeded_defect_token_cached_forever_is_caught(
+        clone: FreshClone) -> None:
+    """An agent that keeps its first token forever is caught by
+    `credential-rotation.invariant.leases-held`; `make test-tier2`."""
+    runs = clone.path / "runs-credrot-selftest"
     r = clone.gameday("selftest", "--defect", "token-cached-forever", "--runs-dir", str(runs),
                       timeout=600)
     tests = list(runs.glob("selftest-*"))

@@ -1,6 +1,9 @@
 """The rolling upgrade (docs/upgrades.md) and telemetry loss, `full`-only classes, from a fresh
-clone: the healthy platform passes each measured, and each seeded defect is caught by its
-named objective (gameday/selftest.py)."""
+clone: the healthy platform passes each measured (make test), and each seeded defect
+(`contract-too-early`, `readyz-needs-telemetry`) is caught by its named objective
+(gameday/selftest.py) in its own `tier2` test, which `make test` leaves to `make test-tier2`
+(README, Development). The defect tests use their own runs directories and do not need the
+healthy tests to have run."""
 
 from __future__ import annotations
 
@@ -20,10 +23,11 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
 
 
 @pytest.mark.timeout(1500)
-def test_upgrade_rehearsal_passes_and_a_contract_too_early_is_caught(clone: FreshClone) -> None:
+def test_upgrade_rehearsal_passes(clone: FreshClone) -> None:
     """The `full`-only upgrade class (docs/upgrades.md): rolling N -> N+1 with the expand
     migration under load, then one step back, passes with the experiment measured and every
-    step on the timeline; the migration that renames a column N still reads is caught."""
+    step on the timeline (the migration that renames a column N still reads: the tier2 test
+    below)."""
     runs = clone.path / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()
     r = clone.gameday("run", "--experiment", "upgrade", timeout=900)
@@ -52,7 +56,15 @@ def test_upgrade_rehearsal_passes_and_a_contract_too_early_is_caught(clone: Fres
     assert all("CONTROLPLANE_RELEASE" not in c.get("env", {})
                for c in info["components"].values()), "restore_all must return to release N"
 
-    s = clone.gameday("selftest", "--defect", "contract-too-early", timeout=600)
+
+@pytest.mark.tier2
+@pytest.mark.timeout(900)
+def test_upgrade_seeded_defect_contract_too_early_is_caught(clone: FreshClone) -> None:
+    """The N+1 migration that renames a column release N still reads (`contract-too-early`)
+    is caught by `upgrade.invariant.served-after-detection`; `make test-tier2`."""
+    runs = clone.path / "runs-upgrade-selftest"
+    s = clone.gameday("selftest", "--defect", "contract-too-early", "--runs-dir", str(runs),
+                      timeout=600)
     root = max(runs.glob("selftest-*"))
     (row,) = json.loads((root / "selftest.json").read_text())
     assert row["caught"], json.dumps(row, indent=1) + s.stdout[-3000:]
@@ -60,11 +72,11 @@ def test_upgrade_rehearsal_passes_and_a_contract_too_early_is_caught(clone: Fres
 
 
 @pytest.mark.timeout(1200)
-def test_telemetry_loss_passes_without_prometheus_and_a_readiness_on_it_is_caught(
-        clone: FreshClone) -> None:
+def test_telemetry_loss_passes_without_prometheus(clone: FreshClone) -> None:
     """Prometheus stopped under load for 90 s: the platform keeps serving, the verdict says the
     Prometheus evidence of that stretch is lost (never "healthy"), durability is still decided
-    from the ledger and the store; an API whose readiness needs Prometheus fails the RTO."""
+    from the ledger and the store (an API whose readiness needs Prometheus: the tier2 test
+    below)."""
     runs = clone.path / "runs-telemetry"
     r = clone.gameday("run", "--experiment", "telemetry-loss", "--runs-dir", str(runs),
                       timeout=900)
@@ -79,6 +91,13 @@ def test_telemetry_loss_passes_without_prometheus_and_a_readiness_on_it_is_caugh
     assert checks["telemetry-loss.rpo.acknowledged_submissions"]["status"] == "pass"
     assert checks["telemetry-loss.rto"]["status"] == "pass", checks["telemetry-loss.rto"]
 
+
+@pytest.mark.tier2
+@pytest.mark.timeout(1200)
+def test_telemetry_loss_seeded_defect_readyz_needs_telemetry_is_caught(
+        clone: FreshClone) -> None:
+    """An API whose readiness also needs Prometheus (`readyz-needs-telemetry`) fails the
+    RTO: caught by `telemetry-loss.rto`; `make test-tier2`."""
     s = clone.gameday("selftest", "--defect", "readyz-needs-telemetry", "--runs-dir",
                       str(clone.path / "runs-telemetry-selftest"), timeout=900)
     (root,) = sorted((clone.path / "runs-telemetry-selftest").glob("selftest-*"))

@@ -8,7 +8,11 @@ report that names the platform.
 Then, on the same environment (one bring-up), pipeline-recovery against the Prefect pipeline
 flow (platforms/prefect_pipeline.py): every pipeline invariant is judged from Prefect's own
 records (not no data), and the findings about Prefect 3.9.1 it exists to show are in the
-verdict and the report (docs/adapters.md section 6)."""
+verdict and the report (docs/adapters.md section 6).
+
+Marked `tier2`: `make test` leaves this game day to `make test-tier2` for its time budget
+(README, Development); the Prefect adapter's own tests (test_adapter_contract.py,
+test_prefect_pipeline_records.py) stay in `make test`."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import pytest
 from infra.local import prefect as pf
 from infra.local import procs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tier2]
 
 EVIDENCE = ["run.json", "ledger.jsonl", "requests.jsonl", "load_stats.json", "faults.jsonl",
             "snapshot/operations.jsonl", "snapshot/attempts.jsonl", "snapshot/events.jsonl",
