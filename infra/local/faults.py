@@ -385,17 +385,10 @@ class FaultInjector:
         members = self._pool_agents(pool)
         if self.is_active("withdraw_pool", pool):
             return {"target": pool, "already": True}
-        pids = {m: self.env.component_pids(m) for m in members}
+        pids = [p for m in members for p in self.env.component_pids(m)]
         line = self.begin("withdraw_pool", pool, {"agents": members})
-        for member in members:
-            record = self.env.pid_record(member)
-            if record:
-                procs.signal_group(record["pgid"], signal.SIGCONT)
-                procs.signal_group(record["pgid"], signal.SIGTERM)
-        everyone = [p for group in pids.values() for p in group]
-        left = procs.wait_gone(everyone, grace)
-        procs.signal_pids(left, signal.SIGKILL)
-        procs.wait_gone(left, 5.0)
+        procs.stop_groups([record["pgid"] for m in members if (record := self.env.pid_record(m))],
+                          pids, grace)
         return {"target": pool, "agents": members, "time": line["time"]}
 
     def restore_pool(self, pool: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -96,6 +96,18 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return alive
 
 
+def stop_groups(pgids: list[int], pids: list[int], grace: float) -> None:
+    """Stop process groups the way a supervisor does: SIGCONT (a frozen group cannot die) and
+    SIGTERM to each group, then SIGKILL to whatever of ``pids`` (every process of the groups,
+    listed before the signals) outlives ``grace``."""
+    for pgid in pgids:
+        signal_group(pgid, signal.SIGCONT)
+        signal_group(pgid, signal.SIGTERM)
+    left = wait_gone(pids, grace)
+    signal_pids(left, signal.SIGKILL)
+    wait_gone(left, 5.0)
+
+
 def wait_reaped(pids: list[int], timeout: float) -> list[int]:
     """Wait until ``pids`` have disappeared from /proc entirely (zombies reaped)."""
     deadline = time.monotonic() + timeout

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -122,16 +121,10 @@ def check_mounted(env: LocalEnvironment, member: str) -> None:
 
 
 def _stop(env: LocalEnvironment, names: list[str], grace: float) -> None:
-    pids = {n: env.component_pids(n) for n in names}
-    for name in names:
-        record = env.pid_record(name)
-        if record and env.main_pid(name):
-            procs.signal_group(record["pgid"], signal.SIGCONT)
-            procs.signal_group(record["pgid"], signal.SIGTERM)
-    everyone = [p for group in pids.values() for p in group]
-    left = procs.wait_gone(everyone, grace)
-    procs.signal_pids(left, signal.SIGKILL)
-    procs.wait_gone(left, 5.0)
+    pids = [p for n in names for p in env.component_pids(n)]
+    pgids = [record["pgid"] for n in names
+             if (record := env.pid_record(n)) and env.main_pid(n)]
+    procs.stop_groups(pgids, pids, grace)
 
 
 def stop_members_then_disks(env: LocalEnvironment) -> list[str]:

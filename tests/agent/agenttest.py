@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,3 +171,39 @@ def workload_argv(operation_id: str, attempt: int, s3: S3Server, *, steps: int, 
             "--seed", str(seed), "--step-delay", str(step_delay), "--s3-endpoint", s3.endpoint,
             "--bucket", s3.bucket]
 
+
+
+@contextmanager
+def gray_http_server(silent: int | None = None, answer_json: bytes = b"{}") -> Iterator[int]:
+    """A loopback server that accepts connections, reads requests and keeps the first
+    ``silent`` connections (all of them if None) silent: a gray network's connection that is
+    accepted and never answered. Later connections get 200 with ``answer_json``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+              + str(len(answer_json)).encode() + b"\r\n\r\n" + answer_json)
+
+    def serve(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(answer)
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            if silent is not None and len(held) > silent:
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        for conn in held:
+            conn.close()
+        server.close()

@@ -3,13 +3,12 @@ accepted and then never answers must not cost the lease)."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from agenttest import gray_http_server
 
 from controlplane import defects
 from controlplane.agent.api import TRIES_PER_LEASE, AgentApi, ApiUnavailable, call_deadline
@@ -34,24 +33,8 @@ def test_the_seeded_defect_waits_longer_than_the_lease(monkeypatch: pytest.Monke
 @pytest.fixture
 def silent_server() -> Iterator[int]:
     """Accepts connections and reads requests, and never answers (a silent connection)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
-    stop.set()
-    for conn in held:
-        conn.close()
-    server.close()
+    with gray_http_server(silent=None) as port:
+        yield port
 
 
 def test_after_registration_a_silent_connection_is_given_up_within_the_deadline(

@@ -5,12 +5,11 @@ inside the round (controlplane/agent/hedge.py)."""
 from __future__ import annotations
 
 import itertools
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from agenttest import gray_http_server
 
 from controlplane.agent.api import AgentApi, ApiUnavailable, LeaseLost
 from controlplane.agent.hedge import hedged
@@ -79,36 +78,9 @@ def test_bad_pacing_is_refused() -> None:
 
 @pytest.fixture
 def first_connection_silent() -> Iterator[int]:
-    """A real socket server whose first connection is accepted and never answered (a gray
-    network's silent connection); later connections get a heartbeat answer."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-    body = b'{"cancel": false, "lease_expires_at": null}'
-    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-              + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-    def serve(conn: socket.socket) -> None:
-        conn.recv(65536)
-        conn.sendall(answer)
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn = server.accept()[0]
-            except OSError:
-                continue
-            held.append(conn)
-            if len(held) > 1:
-                threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
-    stop.set()
-    for conn in held:
-        conn.close()
-    server.close()
+    """The first connection accepted and never answered; later ones get a heartbeat answer."""
+    with gray_http_server(silent=1, answer_json=b'{"cancel": false, "lease_expires_at": null}') as port:
+        yield port
 
 
 def test_a_heartbeat_that_meets_a_silent_connection_gets_through_on_another(
