@@ -4,7 +4,9 @@ Network: toxics on the fault proxy's routes (infra/local/toxics.py: latency + ji
 bandwidth, slicer, limit_data, reset_peer, timeout), per route or group of routes
 (``agents``, ``database``, ``s3``, ``registry``), changeable while they are in effect.
 
-CPU: a cgroup quota on one component's processes (infra/local/cpu_starvation.py).
+CPU: a cgroup quota on one component's processes (infra/local/cpu_starvation.py). Memory: a
+cgroup memory limit on them (infra/local/memory_pressure.py): page cache reclaimed, and an
+allocation past the limit ends in the OOM killer inside the group.
 
 Disk: a database member's disk slow (per-operation latency, fsync separately), full (ENOSPC)
 or failing (EIO), optionally only for paths under its data directory matching a glob
@@ -27,16 +29,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chaos.context import ChaosError, Context
+from infra.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
 from infra.local.s3_brownout import BrownoutInvalid, parse_brownout
 from infra.local.toxics import ToxicError, parse_toxic
 
 __all__ = ["add_toxics", "change_s3_brownout", "change_toxic", "clear_disk", "end_s3_brownout",
-           "fail_disk", "fill_disk", "remove_toxics", "restore_cpu", "slow_disk",
-           "start_s3_brownout", "starve_cpu"]
+           "fail_disk", "fill_disk", "release_memory", "remove_toxics", "restore_cpu",
+           "slow_disk", "squeeze_memory", "start_s3_brownout", "starve_cpu"]
 
 # The actions that inject a fault, as in chaos/actions.py (what `gameday run --dry-run` lists).
-FAULTS = ("add_toxics", "change_s3_brownout", "start_s3_brownout", "starve_cpu", "slow_disk",
-          "fill_disk", "fail_disk")
+FAULTS = ("add_toxics", "change_s3_brownout", "start_s3_brownout", "starve_cpu", "squeeze_memory",
+          "slow_disk", "fill_disk", "fail_disk")
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
@@ -48,6 +51,8 @@ CAPABILITIES = {
                "proxy only)",
     "store": "brown out the object store (the local environment's S3 server only)",
     "cpu": "starve a process of CPU (cgroup quotas on the local environment's processes only)",
+    "memory": "put a process under memory pressure (cgroup memory limits on the local "
+              "environment's processes only)",
     "disks": "inject storage faults (the local environment's storage layer only: gameday env "
              "up --storage-faults)",
 }
@@ -135,6 +140,20 @@ def restore_cpu(target: str, configuration: Configuration = None,
     return cpu.restore(driver.resolve(target)[0])
 
 
+def squeeze_memory(target: str, limit_mib: float = 256, configuration: Configuration = None,
+                   secrets: Secrets = None) -> dict:
+    """Limit every process of ``target`` (a component, or primary/standby) to ``limit_mib``
+    of memory in all: its page cache reclaimed, an allocation past the limit OOM-killed."""
+    driver, memory = _part(configuration, "memory")
+    return memory.squeeze(driver.resolve(target)[0], limit_mib)
+
+
+def release_memory(target: str, configuration: Configuration = None,
+                   secrets: Secrets = None) -> dict:
+    driver, memory = _part(configuration, "memory")
+    return memory.restore(driver.resolve(target)[0])
+
+
 def _disks(configuration: Configuration) -> Any:
     return _part(configuration, "disks")[1]
 
@@ -214,6 +233,15 @@ def _share_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
+def _limit_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    limit = arguments.get("limit_mib", 256)
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or \
+            not MIN_LIMIT_MIB <= limit <= MAX_LIMIT_MIB:
+        reason = f"MiB of memory from {MIN_LIMIT_MIB} to {MAX_LIMIT_MIB}, got {limit!r}"
+        return [("limit_mib", reason)]
+    return []
+
+
 def _target_problems(arguments: Mapping[str, Any], required: bool = True) -> list[tuple[str, str]]:
     target = arguments.get("target")
     if (target is None and not required) or (isinstance(target, str) and target.strip()):
@@ -244,6 +272,7 @@ ARGUMENT_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]]
     "start_s3_brownout": _brownout_problems,
     "change_s3_brownout": _brownout_problems,
     "starve_cpu": _share_problems,
+    "squeeze_memory": _limit_problems,
     "slow_disk": _disk_problems("slow"),
     "fill_disk": _disk_problems("full"),
     "fail_disk": _disk_problems("errors"),

@@ -441,6 +441,15 @@ _fault_command("cpu-starve", "Limit every process of TARGET (aliases: primary, s
                                    show_default=True, help="Fraction of one core."),))
 _fault_command("cpu-restore", "Give TARGET its CPU back.",
                lambda f, target: f.cpu.restore(f.resolve(target)[0]), "target")
+_fault_command("mem-squeeze", "Limit every process of TARGET (aliases: primary, standby) to "
+               "LIMIT MiB of memory in all (a cgroup memory limit): page cache reclaimed, an "
+               "allocation past the limit OOM-killed. Again while active: the new limit applies.",
+               lambda f, target, limit_mib: f.memory.squeeze(f.resolve(target)[0], limit_mib),
+               "target",
+               extra=(click.Option(["--limit-mib"], type=click.FloatRange(8, 1024 * 1024),
+                                   default=256, show_default=True, help="MiB of memory."),))
+_fault_command("mem-release", "Lift TARGET's memory limit.",
+               lambda f, target: f.memory.restore(f.resolve(target)[0]), "target")
 
 
 def _lose_db(f: Any) -> dict[str, Any]:

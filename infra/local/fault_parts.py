@@ -1,6 +1,6 @@
 """The fault layers of the local environment that own state of their own, built by its
 composition root (``LocalEnvironment.faults``) and handed to the fault driver: toxics on the
-fault proxy's routes, the S3 brownout, CPU starvation, the database disks. The driver asks
+fault proxy's routes, the S3 brownout, CPU starvation, memory pressure, the database disks. The driver asks
 each to undo what it did (``restore_all`` / ``close_all``); none reaches into another."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.local.cpu_starvation import CpuStarvation
 from infra.local.disk_faults import DiskFaults
+from infra.local.memory_pressure import MemoryPressure
 from infra.local.route_toxics import RouteToxics
 from infra.local.store_brownout import StoreBrownout
 
@@ -24,6 +25,7 @@ def local_fault_parts(driver: FaultInjector) -> dict[str, Any]:
         "network": RouteToxics(env.endpoints.get("fault_proxy"), ledger),
         "store": StoreBrownout(f"http://127.0.0.1:{moto.ports['s3']}" if moto else None, ledger),
         "cpu": CpuStarvation(ledger, env.component_pids, str(env.state_dir)),
+        "memory": MemoryPressure(ledger, env.component_pids, str(env.state_dir)),
         "disks": DiskFaults.for_components(env.components, ledger,
                                            lambda target: driver.resolve(target)[0]),
     }

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from infra.local.cpu_starvation import CpuStarvation
     from infra.local.disk_faults import DiskFaults
     from infra.local.env import LocalEnvironment
+    from infra.local.memory_pressure import MemoryPressure
     from infra.local.route_toxics import RouteToxics
     from infra.local.store_brownout import StoreBrownout
 
@@ -74,6 +75,7 @@ class FaultInjector:
         self.network: RouteToxics | None = built.get("network")
         self.store: StoreBrownout | None = built.get("store")
         self.cpu: CpuStarvation | None = built.get("cpu")
+        self.memory: MemoryPressure | None = built.get("memory")
         self.disks: DiskFaults | None = built.get("disks")
         self.parts = tuple(built.values())
 

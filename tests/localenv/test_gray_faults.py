@@ -101,3 +101,28 @@ def test_cpu_starvation_of_a_component_through_the_cli(env: LocalEnvironment) ->
     assert not [k for k in env.faults.active() if k.startswith("cpu_starvation:")]
     code, out = _cli(env, "cpu-starve", "reconciler", "--share", "2")
     assert code == 2 and "--share" in out
+
+
+def test_memory_pressure_on_a_component_through_the_cli(env: LocalEnvironment) -> None:
+    """The reconciler's processes move into a memory-limited cgroup (a limit it stays under:
+    it keeps running) and back; the timeline has both ends; a limit out of range is refused."""
+    code, out = _cli(env, "mem-squeeze", "reconciler", "--limit-mib", "512")
+    if code == 1 and "needs a cgroup hierarchy" in out:
+        pytest.skip(f"no cgroup memory controller here: {out.strip()}")
+    assert code == 0, out
+    started = json.loads(out)
+    group = env.faults.memory.group("reconciler")
+    limit = group / ("memory.limit_in_bytes" if (group / "memory.limit_in_bytes").exists()
+                     else "memory.max")
+    assert limit.read_text().strip() == str(512 * 1024 * 1024)
+    inside = {int(p) for p in (group / "cgroup.procs").read_text().split()}
+    assert set(started["pids"]) <= inside and env.main_pid("reconciler") in inside
+    assert "memory_pressure:reconciler" in env.faults.active()
+    assert _cli(env, "mem-release", "reconciler")[0] == 0
+    assert not group.exists() and env.main_pid("reconciler")
+    assert not [k for k in env.faults.active() if k.startswith("memory_pressure:")]
+    timeline = [json.loads(x) for x in env.timeline_file.read_text().splitlines() if x]
+    assert [t["event"] for t in timeline if t["fault"] == "memory_pressure"][-2:] == [
+        "fault_start", "fault_end"]
+    code, out = _cli(env, "mem-squeeze", "reconciler", "--limit-mib", "2")
+    assert code == 2 and "--limit-mib" in out
