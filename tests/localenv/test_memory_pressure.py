@@ -51,6 +51,18 @@ def _ledger(tmp_path: Path) -> FaultLedger:
     return FaultLedger(tmp_path / "f.jsonl", tmp_path / "a.json")
 
 
+@pytest.fixture
+def cleanup() -> Iterator[list[MemoryPressure]]:
+    """Whatever a failing test left limited is undone: no cgroup outlives the test."""
+    made: list[MemoryPressure] = []
+    yield made
+    for squeeze in made:
+        squeeze.close_all("test teardown")
+        group = squeeze.group("holder")
+        if group.exists():
+            group.rmdir()
+
+
 def _charges_move(squeeze: MemoryPressure) -> bool:
     probe = squeeze.root().path / f"gameday-probe-{os.getpid()}"
     probe.mkdir()
@@ -79,10 +91,12 @@ def test_without_a_memory_hierarchy_the_fault_is_refused_with_the_reason(tmp_pat
 
 @needs_cgroup
 def test_a_squeezed_component_keeps_running_until_it_grows_past_the_limit(
-        tmp_path: Path, holder: tuple[subprocess.Popen[bytes], Path]) -> None:
+        tmp_path: Path, holder: tuple[subprocess.Popen[bytes], Path],
+        cleanup: list[MemoryPressure]) -> None:
     proc, go = holder
     ledger = _ledger(tmp_path)
     squeeze = MemoryPressure(ledger, lambda _: [proc.pid], f"test-{tmp_path}")
+    cleanup.append(squeeze)
     result = squeeze.squeeze("holder", 96)
     assert result["pids"] == [proc.pid]
     if result["charges_moved"]:  # what it already used moved with it and counts
@@ -105,10 +119,12 @@ def test_a_squeezed_component_keeps_running_until_it_grows_past_the_limit(
 
 @needs_cgroup
 def test_a_limit_below_what_cannot_be_reclaimed_is_refused_and_changes_nothing(
-        tmp_path: Path, holder: tuple[subprocess.Popen[bytes], Path]) -> None:
+        tmp_path: Path, holder: tuple[subprocess.Popen[bytes], Path],
+        cleanup: list[MemoryPressure]) -> None:
     proc, _ = holder
     ledger = _ledger(tmp_path)
     squeeze = MemoryPressure(ledger, lambda _: [proc.pid], f"test-{tmp_path}")
+    cleanup.append(squeeze)
     if squeeze.root().version != 1 or not _charges_move(squeeze):
         pytest.skip("only cgroup v1 with memory.move_charge_at_immigrate refuses a limit below "
                     "the usage (v2 kills; kernel 6.x, like this machine's, removed the knob)")
