@@ -62,16 +62,22 @@ class CgroupLimit:
 
     fault = ""
     needs = ""  # what the refusal says is missing
+    group_prefix = "gameday"  # groups are named <prefix>-<environment>-<component>
+
+    @staticmethod
+    def find_root() -> CgroupRoot | None:
+        """The hierarchy of this limit's controller on this machine (subclasses say which)."""
+        return None
 
     def __init__(self, ledger: FaultLedger, pids_of: Callable[[str], list[int]], scope: str,
                  root: CgroupRoot | None = None, *,
-                 find: Callable[[], CgroupRoot | None]) -> None:
+                 find: Callable[[], CgroupRoot | None] | None = None) -> None:
         self.ledger = ledger
         self.pids_of = pids_of
         # groups named per environment: two environments on one machine never share one
         self.scope = hashlib.sha256(scope.encode()).hexdigest()[:10]
         self._root = root
-        self._find = find
+        self._find = find or self.find_root
 
     def root(self) -> CgroupRoot:
         root = self._root or self._find()
@@ -81,8 +87,7 @@ class CgroupLimit:
         return root
 
     def group(self, component: str) -> Path:
-        prefix = "gameday" if self.fault == "cpu_starvation" else f"gameday-{self.fault}"
-        return self.root().path / f"{prefix}-{self.scope}-{component}"
+        return self.root().path / f"{self.group_prefix}-{self.scope}-{component}"
 
     def prepare(self, group: Path) -> dict[str, Any]:
         """Settings of a new group before any process moves in; returns what to record."""
@@ -119,7 +124,11 @@ class CgroupLimit:
         except OSError as exc:
             self._undo(group, origins)
             raise EnvError(f"cannot set up the cgroup {group}: {exc}") from exc
-        moved = self._move(pids, group / "cgroup.procs")
+        try:
+            moved = self._move(pids, group / "cgroup.procs")
+        except EnvError:
+            self._undo(group, origins)  # nothing is recorded, so nothing may stay moved
+            raise
         try:
             self._write(group, files)
         except OSError as exc:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.local.errors import ComponentUnhealthy, EnvError
+from infra.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
 from platforms import PLATFORMS
 
 console = Console(stderr=True)
@@ -446,7 +447,8 @@ _fault_command("mem-squeeze", "Limit every process of TARGET (aliases: primary, 
                "allocation past the limit OOM-killed. Again while active: the new limit applies.",
                lambda f, target, limit_mib: f.memory.squeeze(f.resolve(target)[0], limit_mib),
                "target",
-               extra=(click.Option(["--limit-mib"], type=click.FloatRange(8, 1024 * 1024),
+               extra=(click.Option(["--limit-mib"], type=click.FloatRange(MIN_LIMIT_MIB,
+                                                                          MAX_LIMIT_MIB),
                                    default=256, show_default=True, help="MiB of memory."),))
 _fault_command("mem-release", "Lift TARGET's memory limit.",
                lambda f, target: f.memory.restore(f.resolve(target)[0]), "target")

@@ -9,20 +9,17 @@ controller enabled; needs root. Without either, the fault is refused with the re
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infra.local.cgroup_limit import CgroupLimit, CgroupRoot, find_root
 from infra.local.errors import EnvError
-from infra.local.fault_ledger import FaultLedger
 
 FAULT = "cpu_starvation"
 PERIOD_US = 100_000
 MIN_SHARE = 0.01  # 1 ms per 100 ms period: the kernel refuses quotas under 1 ms
 CGROUP_MOUNTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"),
                  Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
-CpuRoot = CgroupRoot
 
 
 def limit_files(root: CgroupRoot, share: float) -> dict[str, str]:
@@ -52,10 +49,7 @@ class CpuStarvation(CgroupLimit):
     needs = ("CPU starvation needs a cgroup hierarchy with the cpu controller "
              f"(looked in {', '.join(str(p) for p in CGROUP_MOUNTS)}) and root")
 
-    def __init__(self, ledger: FaultLedger, pids_of: Callable[[str], list[int]], scope: str,
-                 root: CgroupRoot | None = None, *,
-                 find: Callable[[], CgroupRoot | None] = find_cpu_root) -> None:
-        super().__init__(ledger, pids_of, scope, root, find=find)
+    find_root = staticmethod(find_cpu_root)
 
     def starve(self, component: str, share: float) -> dict[str, Any]:
         """Limit every process of ``component`` to ``share`` of one core; returns once the

@@ -17,13 +17,11 @@ Needs root; without a memory hierarchy the fault is refused with the reason, nev
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infra.local.cgroup_limit import CgroupLimit, CgroupRoot, find_root
 from infra.local.errors import EnvError
-from infra.local.fault_ledger import FaultLedger
 
 FAULT = "memory_pressure"
 MIB = 1024 * 1024
@@ -65,10 +63,8 @@ class MemoryPressure(CgroupLimit):
     needs = ("memory pressure needs a cgroup hierarchy with the memory controller "
              f"(looked in {', '.join(str(p) for p in CGROUP_MOUNTS)}) and root")
 
-    def __init__(self, ledger: FaultLedger, pids_of: Callable[[str], list[int]], scope: str,
-                 root: CgroupRoot | None = None, *,
-                 find: Callable[[], CgroupRoot | None] = find_memory_root) -> None:
-        super().__init__(ledger, pids_of, scope, root, find=find)
+    group_prefix = "gameday-memory"
+    find_root = staticmethod(find_memory_root)
 
     def prepare(self, group: Path) -> dict[str, Any]:
         if self.root().version != 1:
