@@ -207,12 +207,7 @@ class FaultInjector:
             raise NotRunning(f"{name} is not running")
         line = self.begin("hang", name, {"signal": "SIGSTOP", "pids": pids, "alias": target})
         self._signal_component(component, signal.SIGSTOP, pg_only)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            states = [procs.read_stat(p) for p in pids]
-            if all(s is None or s.state in ("T", "t", "Z") for s in states):
-                break
-            time.sleep(0.01)
+        procs.wait_stopped(pids, 5.0)
         return {"target": name, "pids": pids, "time": line["time"]}
 
     def resume(self, target: str) -> dict[str, Any]:

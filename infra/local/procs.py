@@ -38,6 +38,34 @@ def read_stat(pid: int) -> ProcInfo | None:
                     start_ticks=int(fields[19]), comm=raw[lpar + 1:rpar])
 
 
+def stopped(pid: int) -> bool:
+    """True once every thread of ``pid`` is stopped (or it is gone or a zombie). A SIGSTOP
+    reaches a busy thread on another core a little after the main one: a multi-threaded
+    server may still answer in between."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    for tid in tids:
+        try:
+            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # that thread ended
+        if raw[raw.rindex(")") + 2:].split()[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def wait_stopped(pids: list[int], timeout: float) -> bool:
+    """Wait until every thread of ``pids`` is stopped; False if some still ran at the end."""
+    deadline = time.monotonic() + timeout
+    while not all(stopped(p) for p in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

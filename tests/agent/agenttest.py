@@ -23,7 +23,7 @@ import httpx
 
 from controlplane import storage
 from controlplane.registry import push_minimal_image
-from infra.local import motoserver, watchdog
+from infra.local import motoserver, procs, watchdog
 from infra.local.pgserver import free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -48,9 +48,7 @@ class Proc:
         reaches a busy thread on another core a little later, and a request it answered in
         between made a frozen-registry test fail once in CI."""
         os.killpg(self.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and not _all_threads_stopped(self.pid):
-            time.sleep(0.01)
+        procs.wait_stopped([self.pid], 5.0)
 
     def thaw(self) -> None:
         os.killpg(self.pid, signal.SIGCONT)
@@ -63,15 +61,6 @@ class Proc:
                 except ProcessLookupError:
                     break
         self.popen.wait(timeout=10)
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    try:
-        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                  for task in Path(f"/proc/{pid}/task").iterdir()]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True  # gone (or a thread ended while we read): nothing left to wait for
-    return all(state in ("T", "t") for state in states)
 
 
 class ProcessSupervisor:
