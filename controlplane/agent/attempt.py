@@ -342,8 +342,8 @@ class AttemptRunner(threading.Thread):
         if self.handle is not None:
             self._observe(self.handle.drain_events())
         if self._outbox:
-            batch, self._outbox = coalesce_progress(self._outbox), []
-            self.courier.spool.append(self.key, batch)
+            self.courier.spool.append(self.key, coalesce_progress(self._outbox))
+            self._outbox = []  # only once on disk: a failed append keeps them in hand
 
     def _holding_closing_event(self) -> bool:
         """True while the workload's closing event waits to ride inside the final report.
@@ -385,10 +385,7 @@ class AttemptRunner(threading.Thread):
     def _spool_leftovers(self) -> None:
         """Events still in memory when the thread ends go to the spool for the flusher."""
         try:
-            if self.handle is not None:
-                self._observe(self.handle.drain_events())
-            self.courier.spool.append(self.key, coalesce_progress(self._outbox))
-            self._outbox = []
+            self._spool_outbox()
         except Exception:  # never let this mask how the attempt ended
             log.exception("attempt %s: could not spool leftover events", self.claim.attempt_id)
 
