@@ -1,13 +1,14 @@
-"""Admin routes for the database restore order (runbooks/db-primary-loss.md B): re-create an
+"""Admin routes. The database restore order (runbooks/db-primary-loss.md B): re-create an
 acknowledged submission a restore lost under the operation id its client holds, and answer an
-id that could only be redirected with 308 to the operation that replaced it."""
+id that could only be redirected with 308 to the operation that replaced it. And the bulk
+cancel of a held queue's work (controlplane/store/queues.py)."""
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field
 
@@ -16,9 +17,12 @@ from controlplane.api.deps import Admin, Conn
 from controlplane.models import Name, OperationSpec, Strict
 from controlplane.store import InvalidReference
 from controlplane.store import operations as op_store
+from controlplane.store import queues as queue_store
 
 RESTORE_ROUTE = "/v1/admin/operations/restore"
 IDENTITY_HEADER = "X-Restore-Identity"  # same_id | redirect
+CANCEL_HELD_ROUTE = "/v1/admin/queues/{queue}/cancel-held"
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # models.Name's
 
 
 class RestoreRequest(Strict):
@@ -31,6 +35,13 @@ class RestoreRequest(Strict):
     # the key was re-used after the restore for the same payload (a client retry): record
     # operation_id -> that operation instead of failing with 409
     redirect_if_key_taken: bool = False
+
+
+class CancelHeldRequest(Strict):
+    reason: str = Field(default="held queue canceled by an operator", min_length=1,
+                        max_length=1000)
+    # one statement per call: a bounded transaction, repeat until 0
+    limit: int = Field(default=10_000, ge=1, le=50_000)
 
 
 router = APIRouter(tags=["operator"])
@@ -69,3 +80,13 @@ async def restore_operation(body: RestoreRequest, p: Admin, c: Conn,
         response.status_code = 200
     response.headers[IDENTITY_HEADER] = res.identity
     return serialize.operation(res.operation, body.project)
+
+
+@router.post(CANCEL_HELD_ROUTE)
+async def cancel_held(queue: Annotated[str, Path(max_length=128, pattern=QUEUE_PATTERN)],
+                      body: CancelHeldRequest, p: Admin, c: Conn) -> dict[str, Any]:
+    """Cancel up to ``limit`` waiting operations of a held queue (concurrency 0); 404 for an
+    unknown queue, 409 for one that is not held."""
+    n = await queue_store.cancel_held(c, queue, actor="admin:cancel-held", reason=body.reason,
+                                      limit=body.limit)
+    return {"queue": queue, "canceled": n}

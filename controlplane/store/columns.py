@@ -8,7 +8,7 @@ N+1's expand runs (docs/upgrades.md). A named list keeps its result type whateve
 prepared statements stay on: turning them off instead cost PostgreSQL about 0.3-0.5 ms of CPU
 per submission in `gameday bench controlplane` (docs/upgrades.md, "Expand-safe SQL").
 
-The lists are the schema release N runs on (migrations up to 0005). A column an expand adds
+The lists are the schema release N runs on (migrations up to 0006). A column an expand adds
 is read only by the release that knows it, in place of the column it replaces (``RENAMED``), so
 that release also runs once the contract has dropped the old one. tests/controlplane/test_store_columns.py
 checks these lists against the migrated schema and that no store statement returns ``*``.

@@ -109,7 +109,8 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
     """Route accepted and queued work first, in priority order. Blocked work is swept again
     (in batches, oldest first, resuming at ``blocked_after``) only while the fleet changed
     since ``last_fleet`` (agents came or went, a breaker flipped): re-routing thousands of
-    blocked operations on every pass would starve new work.
+    blocked operations on every pass would starve new work. A held queue (concurrency 0,
+    controlplane/store/queues.py) is never read: its work stays accepted, at no routing cost.
 
     Returns the stats, the fleet seen, and where the blocked sweep should resume (None when
     it is complete)."""
@@ -139,6 +140,9 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
         async with conn.cursor(row_factory=dict_row) as c:
             await c.execute("SELECT name, concurrency FROM queues")
             limits = {r["name"]: r["concurrency"] for r in await c.fetchall()}
+            # a held queue's work is never read: by name, so that the planner reads the
+            # waiting work of the other queues only (index operations_waiting_queue)
+            routed = [name for name, n in limits.items() if n > 0]
             await c.execute("SELECT queue, count(*) AS n FROM operations"
                             " WHERE state IN ('dispatched', 'running') GROUP BY queue")
             active = {r["queue"]: r["n"] for r in await c.fetchall()}
@@ -146,9 +150,9 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                 f"""SELECT {columns.of("operations", "o")},
                           extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
-                   WHERE {wanted}
+                   WHERE {wanted} AND o.queue = ANY(%s)
                    ORDER BY q.priority DESC, o.priority DESC, o.created_at
-                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (batch,))
+                   LIMIT %s FOR UPDATE OF o SKIP LOCKED""", (routed, batch))
             ops = await c.fetchall()
             blocked: list[dict[str, Any]] = []
             if sweep and not defects.enabled("blocked-never-drain"):  # seeded defect: test only
@@ -158,7 +162,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                               extract(epoch FROM now() - o.waiting_since) AS waited,
                               -q.priority AS nq, -o.priority AS no
                        FROM operations o JOIN queues q ON q.name = o.queue
-                       WHERE o.state = 'blocked'
+                       WHERE o.state = 'blocked' AND o.queue = ANY(%(routed)s)
                          AND (%(started)s::boolean IS NOT TRUE
                               OR (-q.priority, -o.priority, o.created_at, o.id)
                                  > (%(nq)s::int, %(no)s::int, %(ts)s::timestamptz, %(id)s::uuid))
@@ -166,7 +170,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                        LIMIT %(n)s FOR UPDATE OF o SKIP LOCKED""",
                     {"started": after is not None, "nq": after[0] if after else None,
                      "no": after[1] if after else None, "ts": after[2] if after else None,
-                     "id": after[3] if after else None, "n": batch})
+                     "id": after[3] if after else None, "n": batch, "routed": routed})
                 blocked = await c.fetchall()
         for op in [*ops, *blocked]:
             if op["state"] == OpState.QUEUED and same_fleet and not _room(dests):
@@ -391,11 +395,13 @@ async def gauges(conn: AsyncConnection, progress_stale_seconds: float, *,
             await cur.execute("SELECT state, count(*) AS n FROM operations"
                               " WHERE state IN ('canceled', 'succeeded', 'failed') GROUP BY state")
             states.update({r["state"]: r["n"] for r in await cur.fetchall()})
+        # a held queue's work is not eligible (held on purpose): no age of its own
         await cur.execute(
             """SELECT q.name AS queue,
                       coalesce(extract(epoch FROM now() - min(o.waiting_since)), 0) AS age
                FROM queues q LEFT JOIN operations o
                  ON o.queue = q.name AND o.state IN ('accepted', 'queued', 'blocked')
+               WHERE q.concurrency > 0
                GROUP BY q.name""")
         ages = {r["queue"]: float(r["age"]) for r in await cur.fetchall()}
         await cur.execute(sql.SQL(

@@ -46,9 +46,13 @@ DEFAULT_AGENTS: tuple[AgentSpec, ...] = (
     AgentSpec("gpu-2", "gpu", "zone-a", "region-2", cpu_slots=2, accelerator_count=1),
 )
 
+HELD_QUEUE = "held"
 DEFAULT_QUEUES: tuple[dict[str, object], ...] = (
     {"name": "default", "priority": 0, "concurrency": 16},
     {"name": "gpu", "priority": 10, "concurrency": 4},
+    # held (concurrency 0): accepted and stored, never routed (controlplane/store/queues.py);
+    # the harness's cheap submissions (durability stream, overload load) need no agent
+    {"name": HELD_QUEUE, "priority": -100, "concurrency": 0},
 )
 DEFAULT_PROJECTS: tuple[str, ...] = ("team-a", "team-b")
 API_REPLICAS = 2

@@ -32,6 +32,8 @@ ROUTES_BEFORE_SPLIT = {
     ("/v1/pipelines", "POST"),
     ("/v1/pipelines/{pipeline_id}", "GET"),
     ("/v1/pipelines/{pipeline_id}/events", "GET"),
+    # added since: held queues' bulk cancel (docs/CONTRACTS.md section 1)
+    ("/v1/admin/queues/{queue}/cancel-held", "POST"),
 }
 
 

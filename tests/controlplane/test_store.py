@@ -52,7 +52,7 @@ def test_migrate_is_idempotent_and_seed_validates(pg_server, tmp_path: Path) -> 
         out = subprocess.run(gameday_cmd("controlplane", "migrate"), env=env,
                              capture_output=True, text=True, check=False)
         assert out.returncode == 0, out.stderr
-        assert "schema at revision 0005" in out.stdout
+        assert "schema at revision 0006" in out.stdout
     bad = tmp_path / "seed.yaml"
     bad.write_text("projects: [{name: p, token: short}]\n")
     out = subprocess.run(gameday_cmd("controlplane", "seed", "--file", str(bad)), env=env,

@@ -14,7 +14,7 @@ from alembic import op
 from controlplane import defects
 
 revision = "0009"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
