@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import actions, gray, restore
+from chaos import actions, gray, overload, restore
 from gameday.suites import FAULT_FUNCS, load_experiment
 from infra.environment import FaultDriver
 
@@ -42,7 +42,7 @@ def unmarked_faults(source: str, faults: tuple[str, ...]) -> list[str]:
     return sorted(set(driver_faults_used(source)) - set(faults))
 
 
-@pytest.mark.parametrize("module", [actions, gray, restore], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [actions, gray, overload, restore], ids=lambda m: m.__name__)
 def test_every_marked_fault_is_exported(module: object) -> None:
     assert module.FAULTS, "no fault marked"  # type: ignore[attr-defined]
     assert not_exported(module.__all__, module.FAULTS) == []  # type: ignore[attr-defined]
