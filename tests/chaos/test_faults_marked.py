@@ -69,8 +69,12 @@ def test_the_fault_checks_can_fail(tmp_path: Path) -> None:
 
 
 def test_dry_run_faults_come_from_the_marks() -> None:
-    assert FAULT_FUNCS == set(actions.FAULTS) | set(restore.FAULTS) | set(gray.FAULTS)
+    assert FAULT_FUNCS == (set(actions.FAULTS) | set(restore.FAULTS) | set(gray.FAULTS)
+                           | set(overload.FAULTS))
     assert load_experiment("network-gray").faults()[0].startswith("add_toxics(target=agents, ")
+    # the load step is listed beside its trigger, its stop is not
+    assert [f.split("(")[0] for f in load_experiment("overload-metastability").faults()] == [
+        "start_overload", "add_toxics"]
     # both modules' marks reach what the dry run prints; inverses and workload steps do not
     assert load_experiment("db-restore-from-backup").faults() == [
         "lose_database()", "restore_database_from_backup(backup=taken)"]
