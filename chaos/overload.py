@@ -59,7 +59,7 @@ def _state(ctx: Context, update: dict[str, Any]) -> dict[str, Any]:
 
 def start_overload(share: float = 0.8, capacity_per_s: float | None = None,
                    probe_seconds: float = 5.0, probe_concurrency: int = 32,
-                   request_timeout_s: float = 2.0, configuration: Configuration = None,
+                   request_timeout_s: float = 5.0, configuration: Configuration = None,
                    secrets: Secrets = None) -> dict:
     """Measure the capacity (unless given), then submit at ``share`` of it, open loop, until
     `stop_overload`. Returns the capacity, how it was measured, and the rate offered."""
