@@ -9,10 +9,11 @@ does, with the same Idempotency-Key: on a timeout, a transport error, a 5xx or a
 (loadtests/client.py Backoff), within a retry budget looser than the game day's load client's:
 retries may add half again to the submissions sent (the background load's budget: a tenth).
 A request not answered within the client's timeout is abandoned by the client and retried,
-while the platform may still be working on it. Measured on the 2-core machine: with a tenth,
-a queue without bound drained 10 s after its trigger (no metastable state to catch); with no
-budget at all the retries (and this client's own CPU) kept even the admission-controlled API
-down after the trigger. Every HTTP
+while the platform may still be working on it. Measured on the 2-core machine (2026-12-06):
+with a tenth, the API without admission control (seeded defect admission-unbounded) had its
+goodput back 10 s after the trigger; with half, 13 s (and the healthy API 1 s); with the whole
+(1.0), 1 s; with no budget at all the retries (and this client's own CPU on the same cores)
+kept even the admission-controlled API down for the 70 s after the trigger. Every HTTP
 attempt becomes one request record (the format of requests.jsonl, route templates) and every
 acknowledgement one client-ledger line, so the verdict's goodput, amplification and
 durability see this load like the background load.
