@@ -42,7 +42,8 @@ ROUTE = "/v1/operations"
 BODY: dict[str, Any] = {"name": "overload", "workload": {"image": "127.0.0.1:5000/ml/trainer:1.0"},
                         "max_retries": 0, "placement": {"dataset": "overload-nowhere"}}
 # the game day's load client's request timeout (loadtests/scenarios/gameday.yaml): a client
-# gives up on an answer later than this, and retries
+# gives up on an answer later than this, and retries (the experiment sets 2 s: an interactive
+# client, runbooks/overload-metastability.md)
 REQUEST_TIMEOUT_S = 5.0
 # an interactive client's retries: fewer tries and a shorter deadline than the background
 # load, and a looser budget (retries add at most half again to the submissions sent)
