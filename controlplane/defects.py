@@ -50,6 +50,8 @@ KNOWN: dict[str, str] = {
                               "commits take every API replica out of the load balancer",
     "ack-unknown-outcome": "a submission whose commit failed with a lost connection (outcome "
                            "unknown) is acknowledged as if it had committed",
+    "admission-unbounded": "admission control is off for user requests: a slow database makes a "
+                           "queue without bound, and goodput stays down after the trigger ends",
 }
 
 
@@ -79,6 +81,7 @@ WHERE: dict[str, frozenset[str]] = {
     "storage-retry-no-backoff": frozenset({"agent"}),  # the workload inherits its agent's env
     "readyz-commit-deadline": frozenset({"api"}),
     "ack-unknown-outcome": frozenset({"api"}),  # the group commit's error path
+    "admission-unbounded": frozenset({"api"}),  # controlplane/api/admission.py policy_from
 }
 
 

@@ -83,6 +83,10 @@ MATRIX += (
          "db-disk-full.rpo.acknowledged_submissions"),
 )
 MATRIX += (
+    Case("overload-metastability", "admission-unbounded", "overload-metastability",
+         "overload-metastability.invariant.goodput-recovered"),
+)
+MATRIX += (
     Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",
          "pipeline-recovery.invariant.stale-cache-reuse"),
     Case("pipeline-recovery", "registration-without-receipt", "pipeline-recovery",

@@ -431,11 +431,12 @@ def rpo(run: RunIndex, outcomes: dict[str, list[Outcome]], owner: tuple[float, f
     return Rpo(audit, losses, len(bad_writes | bad_results))
 
 
-def invariants(run: RunIndex, names: Sequence[str], s: Span) -> list[InvariantOutcome]:
+def invariants(run: RunIndex, names: Sequence[str], s: Span,
+               rto: float | None = None) -> list[InvariantOutcome]:
     grace = run.specs.evaluation.detection_grace_seconds
     out = []
     for name in names:
-        result = check_invariant(name, run.evidence, s.fault_start, s.horizon, grace)
+        result = check_invariant(name, run.evidence, s.fault_start, s.horizon, grace, rto)
         out.append(InvariantOutcome(name=name, judged=result.judged,
                                     violations=list(result.violations), no_data=result.no_data,
                                     measured=result.measured))
@@ -494,7 +495,7 @@ def evaluate_experiment(
     reqs = requests(run, s)
     counts, manual = automation(run, s)
     lost = rpo(run, outcomes, owner, s)
-    held = invariants(run, d.invariants, s)
+    held = invariants(run, d.invariants, s, d.objective.rto_seconds)
     ttar, basis = _time_to_accepted_result(run, s.fault_start, s.horizon)
     audit = lost.acknowledged
     # from a while before the fault (goodput before it) to the horizon (after it)

@@ -414,10 +414,38 @@ def _storage_judge(name: str) -> Judge:
 
 for _name in ("bounded-latency", "no-failover", "at-most-one-failover"):
     INVARIANTS[_name] = _storage_judge(_name)
-KNOWN_INVARIANTS: tuple[str, ...] = tuple(INVARIANTS)
+
+
+# (evidence, window start, window end, the recovery objective's RTO in seconds) -> result:
+# the invariants whose promise is "within the RTO"
+RtoJudge = Callable[[Evidence, float, float, float], InvariantResult]
+
+
+def _overload_judge(name: str) -> RtoJudge:
+    """The overload invariants live in slo/overload_invariants.py (which imports this
+    module)."""
+    def judge(ev: Evidence, lo: float, hi: float, rto: float) -> InvariantResult:
+        from slo import overload_invariants as ov
+
+        if name == "goodput-recovered":
+            return ov.goodput_recovered(ev.requests, ev.faults, lo, hi, rto)
+        return ov.request_amplification(ev.requests, ev.faults, lo, hi, rto)
+    return judge
+
+
+RTO_INVARIANTS: dict[str, RtoJudge] = {
+    _name: _overload_judge(_name)
+    for _name in ("goodput-recovered", "bounded-request-amplification")}
+KNOWN_INVARIANTS: tuple[str, ...] = (*INVARIANTS, *RTO_INVARIANTS)
 
 
 def check_invariant(name: str, evidence: Evidence, start: float, end: float,
-                    detection_grace: float = 10.0) -> InvariantResult:
-    """Judge one named invariant over [start, end] (the experiment's fault start to horizon)."""
+                    detection_grace: float = 10.0,
+                    rto_seconds: float | None = None) -> InvariantResult:
+    """Judge one named invariant over [start, end] (the experiment's fault start to horizon);
+    ``rto_seconds``: the recovery objective's RTO, for the invariants promised within it."""
+    if name in RTO_INVARIANTS:
+        if rto_seconds is None:
+            return InvariantResult(name, 0, no_data="no RTO to judge it against")
+        return RTO_INVARIANTS[name](evidence, start, end, rto_seconds)
     return INVARIANTS[name](evidence, start, end, detection_grace)

@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.routing import Match
 
+from controlplane import defects
 from controlplane.api.deps import Settings
 
 __all__ = ["AdmissionMiddleware", "AdmissionPolicy", "ClassLimit", "Gate", "RouteClass",
@@ -103,9 +104,12 @@ AGENT_WAITS_PER_LEASE = 5
 def policy_from(settings: Settings) -> AdmissionPolicy:
     wait = settings.max_queue_wait_ms / 1000
     agent_wait = settings.lease_seconds / AGENT_WAITS_PER_LEASE
+    # seeded defect (test only): the overload-metastability class must catch an API that
+    # admits every user request, as --max-in-flight 0 would
+    unbounded = defects.enabled("admission-unbounded")
     return AdmissionPolicy(
         # 0: admission control off for users (every request admitted, however many wait)
-        user=(None if settings.max_in_flight == 0
+        user=(None if settings.max_in_flight == 0 or unbounded
               else ClassLimit(settings.max_in_flight, wait, min(STANDING_WAIT_S, wait))),
         # no standing-queue cut for agents: their calls are few (one loop per attempt) and a
         # refusal costs more than a wait

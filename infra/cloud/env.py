@@ -82,6 +82,10 @@ NOT_APPLICABLE = {
     "db-disk-full": "fills the database primary's WAL disk through the local storage layer "
                     "(faultfs ENOSPC); an RDS instance's storage cannot be filled on purpose "
                     "without filling it with data (not driven, local only)",
+    "overload-metastability": "slows every API replica's route to the database with a toxic "
+                              "on the local fault proxy, and its open-loop load is refused for "
+                              "anything but 127.0.0.0/8 (loadtests/safety.py); the cloud "
+                              "drivers have no gray network fault yet: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

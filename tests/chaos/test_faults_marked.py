@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import actions, gray, restore
+from chaos import actions, gray, overload, restore
 from gameday.suites import FAULT_FUNCS, load_experiment
 from infra.environment import FaultDriver
 
@@ -42,7 +42,7 @@ def unmarked_faults(source: str, faults: tuple[str, ...]) -> list[str]:
     return sorted(set(driver_faults_used(source)) - set(faults))
 
 
-@pytest.mark.parametrize("module", [actions, gray, restore], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [actions, gray, overload, restore], ids=lambda m: m.__name__)
 def test_every_marked_fault_is_exported(module: object) -> None:
     assert module.FAULTS, "no fault marked"  # type: ignore[attr-defined]
     assert not_exported(module.__all__, module.FAULTS) == []  # type: ignore[attr-defined]
@@ -69,8 +69,12 @@ def test_the_fault_checks_can_fail(tmp_path: Path) -> None:
 
 
 def test_dry_run_faults_come_from_the_marks() -> None:
-    assert FAULT_FUNCS == set(actions.FAULTS) | set(restore.FAULTS) | set(gray.FAULTS)
+    assert FAULT_FUNCS == (set(actions.FAULTS) | set(restore.FAULTS) | set(gray.FAULTS)
+                           | set(overload.FAULTS))
     assert load_experiment("network-gray").faults()[0].startswith("add_toxics(target=agents, ")
+    # the load step is listed beside its trigger, its stop is not
+    assert [f.split("(")[0] for f in load_experiment("overload-metastability").faults()] == [
+        "start_overload", "add_toxics"]
     # both modules' marks reach what the dry run prints; inverses and workload steps do not
     assert load_experiment("db-restore-from-backup").faults() == [
         "lose_database()", "restore_database_from_backup(backup=taken)"]

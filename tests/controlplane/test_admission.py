@@ -74,6 +74,22 @@ def test_the_defaults_and_bad_limits() -> None:
             policy_from(Settings(dsn="x", **bad))  # type: ignore[arg-type]
 
 
+def test_the_seeded_defect_admits_every_user_request_and_keeps_agent_slots(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane import defects
+
+    monkeypatch.setenv(defects.ENV, "admission-unbounded")
+    defects.active.cache_clear()
+    try:
+        policy = policy_from(Settings(dsn="x", lease_seconds=15.0))
+        assert policy.user is None  # every user request admitted, however many wait
+        assert policy.agent == ClassLimit(1024, 3.0, 3.0)
+    finally:
+        monkeypatch.delenv(defects.ENV)
+        defects.active.cache_clear()
+    assert policy_from(Settings(dsn="x")).user == ClassLimit(128, 0.1, 0.005)
+
+
 def test_a_freed_slot_goes_to_the_oldest_waiter_in_time_and_late_ones_are_refused() -> None:
     async def go() -> None:
         gate = Gate(ClassLimit(max_in_flight=1, max_wait_s=0.2, standing_wait_s=0.01))
