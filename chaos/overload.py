@@ -24,6 +24,7 @@ from typing import Any
 
 from chaos.context import ChaosError, Context
 from loadtests.overload import OpenLoop, offered_rate, probe_capacity
+from platforms import PlatformError
 
 __all__ = ["start_overload", "stop_overload"]
 
@@ -99,6 +100,14 @@ def stop_overload(configuration: Configuration = None, secrets: Secrets = None) 
     if loop is None:
         return {"running": False}
     counts = loop.stop()
+    # its submissions went to the held queue: canceled now, so that no later experiment
+    # carries tens of thousands of waiting operations (they stay in the store for the audit)
+    cancel = getattr(ctx.platform, "cancel_held", None)
+    if cancel is not None:
+        try:
+            counts["held_canceled"] = cancel()
+        except PlatformError as exc:
+            counts["held_cancel_error"] = str(exc)
     ctx.env.note("overload stopped", {"experiment": ctx.experiment, **counts})
     _state(ctx, {"counts": counts})
     if "error" in counts:

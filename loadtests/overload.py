@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controlplane.store.queues import HELD_QUEUE
 from loadtests.client import Backoff, RetryBudget, is_ack, is_retryable, parse_retry_after
 from loadtests.records import JsonlWriter, utc_iso
 from loadtests.safety import check_target
@@ -37,10 +38,12 @@ from loadtests.scenario import SubmitRetry
 from slo.ledger import LedgerEntry, LedgerWriter
 
 ROUTE = "/v1/operations"
-# stays blocked (no agent holds this dataset): the platform stores and routes it once, no
-# agent runs it, so the load costs the API and the database, not the agents
-BODY: dict[str, Any] = {"name": "overload", "workload": {"image": "127.0.0.1:5000/ml/trainer:1.0"},
-                        "max_retries": 0, "placement": {"dataset": "overload-nowhere"}}
+# to the held queue (controlplane/store/queues.py): acknowledged and stored like any work,
+# never routed, so the load costs the API and the database, not the agents, and tens of
+# thousands of these never stand in a routing pass's way (routed to `blocked` instead, they
+# starved the background load's training work: measured 2026-12-06, runbook)
+BODY: dict[str, Any] = {"name": "overload", "queue": HELD_QUEUE, "max_retries": 0,
+                        "workload": {"image": "127.0.0.1:5000/ml/trainer:1.0"}}
 # the game day's load client's request timeout (loadtests/scenarios/gameday.yaml): a client
 # gives up on an answer later than this, and retries (the experiment sets 2 s: an interactive
 # client, runbooks/overload-metastability.md)

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from controlplane.store.queues import HELD_QUEUE
 from platforms.base import (
     Ack,
     OperationView,
@@ -22,6 +23,7 @@ from platforms.base import (
 from slo.ledger import LedgerEntry
 
 RESTORE_ROUTE = "/v1/admin/operations/restore"  # the control plane's admin restore route
+CANCEL_HELD_ROUTE = "/v1/admin/queues/{queue}/cancel-held"  # and its held queues' bulk cancel
 
 # Snapshot rows are written with the API's field names (docs/CONTRACTS.md section 1), for the
 # operations created since the run started only: a store that outlives runs holds earlier runs'
@@ -287,6 +289,30 @@ class ControlPlaneAdapter:
         out["new_id"] = r.json().get("id")
         same = str(out["new_id"]).lower() == entry.operation_id.lower()
         return {**out, "identity": "same_id" if same else "redirect", "error": None}
+
+    def cancel_held(self, queue: str = HELD_QUEUE, reason: str = "harness load done") -> int:
+        """Cancel every waiting operation of the held queue the harness's cheap submissions
+        went to (admin route, a bounded batch per call): a held backlog costs every gauge
+        pass that counts waiting work. The number canceled; PlatformError on a refusal."""
+        if not self.admin_token:
+            raise PlatformError("no admin token (env.json: tokens.admin): canceling a held "
+                                "queue uses an admin-only route")
+        total = 0
+        while True:
+            try:
+                r = self.http.post(CANCEL_HELD_ROUTE.format(queue=queue), timeout=60.0,
+                                   json={"reason": reason},
+                                   headers={"Authorization": f"Bearer {self.admin_token}"})
+            except httpx.HTTPError as exc:
+                raise PlatformError(f"cancel held queue {queue}: {type(exc).__name__}: "
+                                    f"{exc}") from exc
+            if r.status_code != 200:
+                raise PlatformError(f"cancel held queue {queue}: HTTP {r.status_code} "
+                                    f"{r.text[:300]}")
+            n = int(r.json()["canceled"])
+            total += n
+            if n == 0:
+                return total
 
     def late_report(self, attempt: dict[str, Any]) -> dict[str, Any]:
         """What a partitioned agent sends once it is back: the events it buffered and its

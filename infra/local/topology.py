@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict, dataclass, field
 
+from controlplane.store.queues import HELD_QUEUE
+
 BUCKET = "ml-artifacts"
 IMAGE_REPOSITORY = "ml/trainer"
 IMAGE_TAG = "1.0"
@@ -46,7 +48,6 @@ DEFAULT_AGENTS: tuple[AgentSpec, ...] = (
     AgentSpec("gpu-2", "gpu", "zone-a", "region-2", cpu_slots=2, accelerator_count=1),
 )
 
-HELD_QUEUE = "held"
 DEFAULT_QUEUES: tuple[dict[str, object], ...] = (
     {"name": "default", "priority": 0, "concurrency": 16},
     {"name": "gpu", "priority": 10, "concurrency": 4},

@@ -42,7 +42,8 @@ class Server:
     """Answers POST /v1/operations: every third key first with 503 + Retry-After 0, every
     fifth first too late for the client (then at once), the rest 201."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: dict | None = None) -> None:
+        self.body = BODY if body is None else body  # what every submission must carry
         self.seen: Counter[str] = Counter()
         self.port = 0
         self._ready = threading.Event()
@@ -55,7 +56,7 @@ class Server:
 
         key = request.headers["Idempotency-Key"]  # type: ignore[attr-defined]
         body = await request.json()  # type: ignore[attr-defined]
-        assert body == BODY
+        assert body == self.body
         self.seen[key] += 1
         n = int(uuid.UUID(key)) % 15
         if self.seen[key] == 1 and n % 3 == 0:
