@@ -115,12 +115,17 @@ def _experiment_check(specs: Specs, e: ExperimentResult) -> Check:
 
 def _rto_message(e: ExperimentResult) -> str:
     if e.recovery_seconds is None:
+        if e.recovered_by == "goodput":
+            return (f"{NO_DATA}: {', '.join(e.recovery_no_data)}" if e.recovery_no_data else
+                    "goodput never back to 95 % of its level before the fault")
         if not any(s.has_data for s in e.slis if s.name not in RPO_SLIS):
             # nothing to recover on: a number here would be invented, and "fine" is not known
             return (f"{NO_DATA}: {', '.join(e.recovery_no_data) or 'no recovery SLI'} "
                     "had no data in the experiment window")
         return "never recovered within the evidence"
-    text = f"recovered {e.recovery_seconds:.1f}s after fault start"
+    text = (f"goodput back {e.recovery_seconds:.1f}s after the fault ended"
+            if e.recovered_by == "goodput" else
+            f"recovered {e.recovery_seconds:.1f}s after fault start")
     if e.recovery_no_data:
         text += f" (no data: {', '.join(e.recovery_no_data)})"
     return text

@@ -501,6 +501,9 @@ def evaluate_experiment(
     # from a while before the fault (goodput before it) to the horizon (after it)
     points = load_points(run.evidence.requests, s.fault_start - LOAD_BEFORE_SECONDS, s.horizon)
     goodput = goodput_recovery(points, s.fault_start, s.fault.end)
+    if d.objective.recovered_by == "goodput":
+        rec = Recovery(goodput.seconds_after_trigger,
+                       [] if goodput.before else ["goodput (none before the fault)"])
     return ExperimentResult(
         **about,
         fault_name=window.name,
@@ -511,6 +514,7 @@ def evaluate_experiment(
         detected_by=detected_by,
         recovery_seconds=rec.seconds,
         recovery_no_data=rec.no_data,
+        recovered_by=d.objective.recovered_by,
         requests=reqs.total,
         failed_requests=reqs.failed,
         slow_requests=reqs.slow,

@@ -151,6 +151,9 @@ class ExperimentResult(_M):
     recovery_seconds: float | None = None
     # recovery SLIs without any data in the experiment window (left out of the recovery)
     recovery_no_data: list[str] = Field(default_factory=list)
+    # "slis": recovery_seconds counts from the fault's start until every recovery SLI was
+    # back; "goodput": from the fault's end until goodput was (slo/specs/model.py)
+    recovered_by: str = "slis"
     requests: int | None = None
     failed_requests: int | None = None
     slow_requests: int | None = None

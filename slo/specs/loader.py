@@ -431,6 +431,7 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
             "invariants",
             "backupRetentionDays",
             "scope",
+            "recoveredBy",
         },
     )
     fc = spec.get("failureClass")
@@ -483,10 +484,12 @@ def _parse_recovery(doc: _Doc) -> RecoveryObjective:
             "invariants": list(dict.fromkeys(spec.get("invariants", []))),
             "backup_retention_days": spec.get("backupRetentionDays"),
             "scope": spec.get("scope"),
+            "recovered_by": spec.get("recoveredBy", "slis"),
             "source": doc.file,
         },
         {
             "rto_seconds": "spec.rto",
+            "recovered_by": "spec.recoveredBy",
             "runbook": "spec.runbook",
             "scope": "spec.scope",
             "backup_retention_days": "spec.backupRetentionDays",

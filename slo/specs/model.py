@@ -151,6 +151,11 @@ class RecoveryObjective(_Frozen):
     invariants: list[str] = Field(default_factory=list)
     backup_retention_days: int | None = Field(default=None, ge=1)
     scope: Literal["zone", "region"] | None = None
+    # what the RTO is measured on: "slis", every recovery SLI back within its objective, from
+    # the fault's start; "goodput", acknowledged submissions per second back to 95 % of their
+    # level before the fault, from the fault's end (a class whose load sheds by design: an
+    # overload trigger, where explicit refusals are the API working, not failing)
+    recovered_by: Literal["slis", "goodput"] = "slis"
     source: str = ""
 
     @property

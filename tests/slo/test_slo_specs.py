@@ -106,6 +106,12 @@ def _edit(path: Path, old: str, new: str) -> None:
              "spec.invariants[1]", "unknown invariant 'fenceing'", "bounded-retries"],
         ),
         (
+            "recovery/overload-metastability.yaml",
+            "recoveredBy: goodput",
+            "recoveredBy: throughput",
+            ["overload-metastability", "spec.recoveredBy", "'slis' or 'goodput'"],
+        ),
+        (
             "recovery/registry-failure.yaml",
             "invariants: [bounded-retries]",
             "invariants: bounded-retries",
