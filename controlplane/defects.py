@@ -52,6 +52,9 @@ KNOWN: dict[str, str] = {
                            "unknown) is acknowledged as if it had committed",
     "admission-unbounded": "admission control is off for user requests: a slow database makes a "
                            "queue without bound, and goodput stays down after the trigger ends",
+    "admission-wait-unbounded": "admission control bounds the requests in flight but lets the "
+                                "others wait for a slot without limit: a queue without bound "
+                                "in front of the slots",
 }
 
 
@@ -82,6 +85,7 @@ WHERE: dict[str, frozenset[str]] = {
     "readyz-commit-deadline": frozenset({"api"}),
     "ack-unknown-outcome": frozenset({"api"}),  # the group commit's error path
     "admission-unbounded": frozenset({"api"}),  # controlplane/api/admission.py policy_from
+    "admission-wait-unbounded": frozenset({"api"}),  # admission.py wait_allowance
 }
 
 

@@ -85,6 +85,8 @@ MATRIX += (
 MATRIX += (
     Case("overload-metastability", "admission-unbounded", "overload-metastability",
          "overload-metastability.invariant.goodput-recovered"),
+    Case("overload-metastability", "admission-wait-unbounded", "overload-metastability",
+         "overload-metastability.invariant.goodput-recovered"),
 )
 MATRIX += (
     Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",

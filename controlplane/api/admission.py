@@ -94,6 +94,8 @@ class AdmissionPolicy:
         return replace(self, user=None, agent=None)
 
 
+# the seeded defect admission-wait-unbounded's wait for a slot: a day (no timer takes inf)
+WAIT_FOREVER_S = 86_400.0
 # a standing queue lets a new arrival wait only this long (Fail at Scale used 5 ms)
 STANDING_WAIT_S = 0.005
 # an agent's call gives up after a fifth of the lease (controlplane/agent/api.py
@@ -133,6 +135,9 @@ def wait_allowance(limit: ClassLimit, queued: int, now: float, last_empty: float
     """How long a request that found every slot taken may wait, and the reason it is refused
     if no slot frees meanwhile. ``queued``: requests already waiting; ``last_empty``: when the
     queue was last empty."""
+    if defects.enabled("admission-wait-unbounded"):  # seeded defect: test only
+        # "never refuse, just wait for a slot": in flight stays bounded, the queue does not
+        return WAIT_FOREVER_S, QUEUE_TIMEOUT
     if queued and now - last_empty >= limit.max_wait_s:
         return limit.standing_wait_s, STANDING_QUEUE
     return limit.max_wait_s, QUEUE_TIMEOUT

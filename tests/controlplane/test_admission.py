@@ -90,6 +90,24 @@ def test_the_seeded_defect_admits_every_user_request_and_keeps_agent_slots(
     assert policy_from(Settings(dsn="x")).user == ClassLimit(128, 0.1, 0.005)
 
 
+def test_the_second_seeded_defect_bounds_the_slots_but_not_the_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane import defects
+
+    limit = ClassLimit(4, 0.1, 0.005)
+    monkeypatch.setenv(defects.ENV, "admission-wait-unbounded")
+    defects.active.cache_clear()
+    try:
+        assert policy_from(Settings(dsn="x")).user == ClassLimit(128, 0.1, 0.005)
+        # a standing queue, which the healthy gate lets wait 5 ms: a day
+        assert wait_allowance(limit, queued=5, now=10.0, last_empty=0.0) == (
+            86_400.0, QUEUE_TIMEOUT)
+    finally:
+        monkeypatch.delenv(defects.ENV)
+        defects.active.cache_clear()
+    assert wait_allowance(limit, queued=5, now=10.0, last_empty=0.0) == (0.005, STANDING_QUEUE)
+
+
 def test_a_freed_slot_goes_to_the_oldest_waiter_in_time_and_late_ones_are_refused() -> None:
     async def go() -> None:
         gate = Gate(ClassLimit(max_in_flight=1, max_wait_s=0.2, standing_wait_s=0.01))

@@ -2,8 +2,9 @@
 2-core machine): the healthy platform passes overload-metastability measured (load at 80 % of
 the capacity the experiment probed, a 30 s latency trigger on the database route, goodput back
 within the RTO after it, requests per acknowledged submission bounded, nothing acknowledged
-lost), and the seeded defect admission-unbounded (no admission control for user requests) is
-caught by its named objective, goodput-recovered, with exit 2. Both in `make test-tier2`
+lost), and the seeded defects admission-unbounded (no admission control for user requests) and
+admission-wait-unbounded (bounded slots, unbounded wait for one) are each caught by their named
+objective, goodput-recovered, with exit 2. Both in `make test-tier2`
 (README, Development): an overload must not share the machine with another test."""
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ def test_the_healthy_platform_recovers_its_goodput_after_the_trigger(clone: Fres
 
 
 @pytest.mark.timeout(900)
-def test_admission_unbounded_is_caught_by_goodput_recovered(clone: FreshClone) -> None:
-    runs = clone.root / "overload-selftest"
-    r = clone.gameday("selftest", "--defect", "admission-unbounded", "--runs-dir", str(runs),
-                      timeout=800)
+@pytest.mark.parametrize("defect", ["admission-unbounded", "admission-wait-unbounded"])
+def test_an_unbounded_queue_is_caught_by_goodput_recovered(clone: FreshClone,
+                                                           defect: str) -> None:
+    runs = clone.root / f"overload-selftest-{defect}"
+    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
     [selftest] = sorted(runs.glob("selftest-*"))
     [row] = json.loads((selftest / "selftest.json").read_text())
-    assert row["defect"] == "admission-unbounded" and row["exit_code"] == 2, row
+    assert row["defect"] == defect and row["exit_code"] == 2, row
     assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
     assert f"{NAME}.invariant.goodput-recovered" in row["failed_checks"]
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
