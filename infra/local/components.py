@@ -365,6 +365,14 @@ def _prometheus_cfg(state: Path, env_name: str, ports: dict[str, int], agents: t
         # it in this file and empties it at the end (no target = no game day running)
         {"job_name": "gameday", "file_sd_configs": [{"files": [str(gameday_targets_file(state))]}]},
     ]
+    # the storage layer's faultfs mounts (`env up --storage-faults`), by their control ports
+    # (infra/local/storage.py port_names): faults injected, operations delayed or failed
+    disks = sorted(n for n in ports if n.startswith("disk") and n.endswith("_control"))
+    if disks:
+        jobs.append({"job_name": "faultfs", "static_configs": [
+            {"targets": [f"127.0.0.1:{ports[n]}"],
+             "labels": {"disk": "disk-" + n.removeprefix("disk").removesuffix("_control")}}
+            for n in disks]})
     if controlplane:
         jobs.append({"job_name": "api", "static_configs": [
             {"targets": [f"127.0.0.1:{ports[f'api{i}']}"], "labels": {"replica": f"api-{i}"}}
