@@ -370,3 +370,59 @@ def test_a_workload_started_as_the_agent_stops_is_stopped_not_reported_running(
     runner.run()
     assert runner.ending is Ending.SHUTDOWN and api.reports == []
     assert runner.handle is not None and runner.handle.process.poll() is not None  # type: ignore[attr-defined]
+
+
+class _RunningHandle(_EventsHandle):
+    """A workload that keeps running; its supervision loop ends after ``ticks`` waits."""
+
+    def __init__(self, runner: AttemptRunner, ticks: int = 1) -> None:
+        super().__init__()
+        self.runner, self.ticks = runner, ticks
+
+    def result(self) -> None:
+        return None
+
+    def pending_reason(self) -> None:
+        return None
+
+    def wait(self, seconds: float) -> None:
+        self.ticks -= 1
+        if self.ticks <= 0:
+            self.runner.shutdown.set()
+
+
+class _OrderApi(FakeApi):
+    def __init__(self, mode: str = "ok", after: int = 0) -> None:
+        super().__init__(mode, after)
+        self.calls: list[str] = []
+
+    def attempt_heartbeat(self, attempt_id: str, token: int, progress: Any) -> AttemptHeartbeat:
+        self.calls.append("heartbeat")
+        return super().attempt_heartbeat(attempt_id, token, progress)
+
+    def send_events(self, attempt_id: str, token: int, events: list[dict[str, Any]]) -> None:
+        self.calls.append("events")
+        super().send_events(attempt_id, token, events)
+
+
+@pytest.mark.parametrize("mode", ["ok", "unavailable"])
+def test_a_due_heartbeat_goes_before_the_tick_s_events_and_a_failing_one_sends_none(
+        mode: str, moto: S3Server, registry: Registry, tmp_path: Path) -> None:
+    """An events call that met a silent connection would hold a due heartbeat back a whole
+    deadline (network-gray): the heartbeat first, and while it fails the events go to the
+    spool, not to the API."""
+    api = _OrderApi(mode)
+    runner = make_runner(api, moto, registry, Capacity(1), {"steps": 3}, tmp_path, lease=30.0)
+    handle = _RunningHandle(runner, ticks=2)
+    handle.emit("checkpoint_written")
+    runner.handle = handle  # type: ignore[assignment]
+    runner._next_heartbeat = 0.0  # due now
+    assert runner._supervise() is None and runner.ending is Ending.SHUTDOWN
+    if mode == "ok":
+        assert api.calls[:2] == ["heartbeat", "events"]
+        assert [e["kind"] for e in api.events] == ["checkpoint_written"]
+    else:
+        # two ticks, the retry due only 0.5 s later: and no events call in either
+        assert api.calls == ["heartbeat"]
+        assert not api.events
+        assert runner.courier.spool.has_pending(runner.claim.attempt_id)
