@@ -46,7 +46,9 @@ def test_the_stream_submits_to_the_held_queue_and_cancels_it_when_stopped(
     assert len(ledger) == counts["acked"]
     assert {e.source for e in ledger} == {"durability-stream"}
     assert {e.project for e in ledger} == {"team-a"}  # the first project, as the probes'
-    assert (tmp_path / ".locust" / "parts" / "requests.durability-stream.jsonl").stat().st_size
+    # its requests apart from the background load's (requests.jsonl is the users' SLIs)
+    assert (tmp_path / durability_stream.REQUESTS_FILE).stat().st_size
+    assert not list((tmp_path / ".locust" / "parts").glob("requests.*"))
 
 
 def test_a_failed_cancel_is_recorded_not_raised(tmp_path: Path) -> None:
