@@ -173,10 +173,10 @@ def preflight(opts: Options) -> list[str]:
             durability_stream.check_rate(opts.durability_rate)
         except durability_stream.StreamError as exc:
             raise SuiteError(str(exc)) from exc
-        if opts.env in CLOUD_ENVS or opts.platform != "controlplane":
-            raise SuiteError("--durability-stream: local environments of the reference control "
-                             f"plane only (it submits to their held queue), not {opts.env}/"
-                             f"{opts.platform}")
+        if opts.env in CLOUD_ENVS or not platform_registry.get(opts.platform).held_queue:
+            raise SuiteError("--durability-stream: local environments of a platform with a "
+                             "held queue only (the reference control plane's; "
+                             f"platforms/registry.py), not {opts.env}/{opts.platform}")
     # a wrong func or argument would otherwise surface mid game day, with the load running
     problems = validate_names(names, opts.env)
     if problems:

@@ -25,6 +25,9 @@ class Platform:
     local: str | None  # module implementing infra/local/platform.py LocalPlatform, or None
     load: str  # "module:function" -> (env, adapter_factory, run_dir, scenario, allow_remote)
     cloud: bool = False  # live game days against a stack (infra/ deploys this platform)
+    # a held queue (accepted, never run) the durability stream can submit to, and an adapter
+    # that cancels it (``cancel_held``): gameday/durability_stream.py
+    held_queue: bool = False
 
     def resolve(self, field: str) -> Any:
         """The code one field names, imported now."""
@@ -55,7 +58,7 @@ REGISTRY: dict[str, Platform] = {p.name: p for p in (
     Platform("controlplane", "the reference ML control plane (controlplane/)",
              adapter="platforms.controlplane:ControlPlaneAdapter.from_env",
              local="infra.local.controlplane_platform",
-             load="loadtests.runner:start_for_platform", cloud=True),
+             load="loadtests.runner:start_for_platform", cloud=True, held_queue=True),
     Platform("prefect", "Prefect 3 server and process workers",
              adapter="platforms.prefect:PrefectAdapter.from_env",
              local="infra.local.prefect", load="loadtests.adapter_load:start_for_platform"),

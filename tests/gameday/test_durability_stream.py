@@ -70,7 +70,7 @@ def test_bad_rates_tokens_and_targets_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("kw", "why"), [
     ({"durability_rate": 5000.0}, "out of range"),
-    ({"durability_rate": 50.0, "platform": "prefect"}, "local environments of the reference"),
+    ({"durability_rate": 50.0, "platform": "prefect"}, "platform with a held queue only"),
 ])
 def test_run_refuses_the_stream_before_touching_anything(kw: dict, why: str) -> None:
     with pytest.raises(SuiteError, match=why):
