@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import chaos.gray
-from infra.cloud.driver import CloudFaults, FaultState
+from infra.cloud.driver import CloudConfigError, CloudFaults, FaultState
 from infra.cloud.kubernetes import (
     TOXIC_ANNOTATION,
     KubernetesFaultError,
@@ -210,6 +210,11 @@ def test_recorded_network_chaos_opens_and_closes_timeline_windows_stubbed_client
         fake_cluster: FakeCluster, tmp_path: Path) -> None:
     recorded = RecordedCloudFaults(CloudFaults(STACK, tmp_path / "cloud-faults.json"),
                                    Timeline(tmp_path / "faults.jsonl"))
+    reset = {"name": "resets", "type": "reset_peer", "stream": "upstream"}
+    for refused in (reset, {**SLOW, "attributes": {"latency": "slow"}}):  # refused: no window
+        with pytest.raises(KubernetesFaultError, match="^toxics\\[0\\]"):
+            recorded.network.add("agents", refused)
+    assert recorded.timeline.read() == []
     recorded.network.add("agents", SLOW)
     assert recorded.network.add("agents", SLOW)["already"] is True  # window still open
     recorded.network.add("agents", SILENT)
@@ -224,3 +229,10 @@ def test_recorded_network_chaos_opens_and_closes_timeline_windows_stubbed_client
                     ("fault_end", "network_gray", "agents/slow-answers")]
     assert recorded.timeline.read()[2]["details"] == {"restored_by": "remove_toxic"}
     assert chaos_objects(fake_cluster) == {}
+
+
+@pytest.mark.parametrize("value", [0, "900", 86_401, True])
+def test_cloud_network_chaos_duration_must_be_whole_seconds_stubbed_client(
+        tmp_path: Path, value: Any) -> None:
+    with pytest.raises(CloudConfigError, match="networkChaosDuration must be whole seconds"):
+        CloudFaults({**STACK, "networkChaosDuration": value}, tmp_path / "cloud-faults.json")
