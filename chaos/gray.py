@@ -18,8 +18,10 @@ on a share of requests, latency, a bandwidth cap), changeable while in effect; i
 records carry the request counts the retry-amplification invariant judges.
 
 Each fault action returns when the fault is in effect and is recorded on the fault timeline;
-each inverse is idempotent. The drivers that cannot inject a gray fault (the cloud driver so
-far) refuse with the reason; ``gameday validate`` checks every toxic of an experiment before
+each inverse is idempotent. The cloud driver injects network toxics on the agents' route to
+the API as Chaos Mesh NetworkChaos objects (infra/cloud/network_chaos.py: latency, and full
+silence; a toxic without an equivalent is refused before anything changes, naming its field);
+the drivers that cannot inject a gray fault refuse with the reason; ``gameday validate`` checks every toxic of an experiment before
 anything starts (``argument_problems`` below, called by chaos/validate.py).
 """
 
@@ -47,8 +49,8 @@ Secrets = dict[str, Any] | None
 
 # what each gray capability of a driver is, for the refusal of one that lacks it
 CAPABILITIES = {
-    "network": "inject gray network faults (toxics on routes: the local environment's fault "
-               "proxy only)",
+    "network": "inject gray network faults (toxics on the local fault proxy's routes, or Chaos "
+               "Mesh NetworkChaos on a cloud stack's agents)",
     "store": "brown out the object store (the local environment's S3 server only)",
     "cpu": "starve a process of CPU (cgroup quotas on the local environment's processes only)",
     "memory": "put a process under memory pressure (cgroup memory limits on the local "
@@ -74,8 +76,12 @@ def _network(configuration: Configuration) -> Any:
 def add_toxics(target: str, toxics: list[dict[str, Any]], configuration: Configuration = None,
                secrets: Secrets = None) -> dict:
     """Add toxics (``[{name, type, stream, toxicity, attributes}]``) to every route of
-    ``target``; all of them are in effect when this returns."""
+    ``target``; all of them are in effect when this returns. A driver that can refuse a toxic
+    it cannot express (``check``: the cloud driver) does so before any is added."""
     network = _network(configuration)
+    check = getattr(network, "check", None)
+    if check is not None:
+        check(target, toxics)
     added = []
     try:
         for toxic in toxics:

@@ -23,6 +23,9 @@ primitive                                      mechanism
                                                found by Karpenter's instance tags (or the
                                                node group's) (AWS)
 ``partition_agent`` / ``heal_agent``           agent egress policy without the API pods (K8s)
+``network.add`` / ``network.remove``           a toxic on the agents' route to the API as a
+(chaos/gray.py ``add_toxics``)                 Chaos Mesh NetworkChaos (delay, or 100 % loss)
+                                               / delete it (K8s; infra/cloud/network_chaos.py)
 ``zone_outage`` / ``restore_zone``             deny-all network ACL on the zone's subnets,
                                                original associations restored (AWS); cordon
                                                the zone's nodes + delete their pods (K8s);
@@ -127,7 +130,7 @@ class CloudTarget:
             "artifactBuckets", "databaseIdentifier", "nodePools", "nodeGroups",
             "denyPrincipalArns",
             "registryCidrs", "registryPort", "partitionAllowCidrs", "poolWithdrawal",
-            "drainTimeout", "waitTimeout", "pollSeconds", "zoneSubnets")
+            "drainTimeout", "waitTimeout", "pollSeconds", "zoneSubnets", "networkChaosDuration")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], state_dir: Path | None = None) -> CloudTarget:
@@ -168,6 +171,7 @@ class CloudTarget:
             partition_allow_cidrs=tuple(cfg.get("partitionAllowCidrs", ())),
             drain_timeout=int(cfg.get("drainTimeout", 300)),
             node_pools=node_pools,
+            network_chaos_duration=_seconds(cfg, "networkChaosDuration", 900),
         )
         aws = AwsTarget(
             region=cfg["region"], cluster_name=cfg.get("clusterName", prefix),
@@ -198,6 +202,14 @@ def _pool_map(cfg: Mapping[str, Any], key: str, default: dict[str, str]) -> dict
     return dict(value)
 
 
+def _seconds(cfg: Mapping[str, Any], key: str, default: int) -> int:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 86_400:
+        raise CloudConfigError(f"cloud target: {key} must be whole seconds from 1 to 86400, "
+                               f"got {value!r}")
+    return value
+
+
 def _zone_subnets(cfg: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     """``zoneSubnets``: availability zone -> subnet ids (optional)."""
     value = cfg.get("zoneSubnets", {})
@@ -225,6 +237,31 @@ def _kubeconfig_path(value: Any, state_dir: Path | None) -> str | None:
     return str(value)
 
 
+class CloudToxics:
+    """The ``network`` part chaos/gray.py asks a driver for: toxics on the agents' route to
+    the API as Chaos Mesh NetworkChaos objects (KubernetesFaults does the work). A toxic with
+    no NetworkChaos equivalent is refused by ``check`` before anything is created."""
+
+    def __init__(self, k8s: KubernetesFaults) -> None:
+        self.k8s = k8s
+
+    def check(self, target: str, toxics: list[Any]) -> None:
+        """Refuse the whole list, naming ``toxics[i].<field>``, if one toxic cannot be mapped."""
+        for i, toxic in enumerate(toxics):
+            self.k8s.check_toxic(target, toxic, f"toxics[{i}]")
+
+    def add(self, target: str, toxic: dict[str, Any]) -> dict[str, Any]:
+        return self.k8s.add_network_chaos(target, toxic)
+
+    def update(self, target: str, name: str, *, toxicity: float | None = None,
+               attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise ActivityFailed(f"change_toxic {target}/{name}: Chaos Mesh refuses changes to a "
+                             "NetworkChaos's spec; remove the toxic and add it again")
+
+    def remove(self, target: str, name: str) -> dict[str, Any]:
+        return self.k8s.remove_network_chaos(target, name)
+
+
 class CloudFaults:
     """``FaultDriver`` for dev/staging/prod; see the module docstring for the routing."""
 
@@ -240,6 +277,7 @@ class CloudFaults:
         self.state = FaultState(state_file)
         self.k8s = KubernetesFaults(self.target.kube, self.state)
         self.aws = AwsFaults(self.target.aws, self.state, session=session)
+        self.network = CloudToxics(self.k8s)
 
     @classmethod
     def from_configuration(cls, configuration: Mapping[str, Any],
@@ -385,6 +423,8 @@ class CloudFaults:
             return self.aws.undo_zone_outage(key)
         if fault == "zone_cordon":
             return self.k8s.undo_zone_outage(key)
+        if fault == "network_gray":
+            return self.k8s.undo_network_chaos(key)
         raise ActivityFailed(f"state file {self.state.path}: unknown fault {fault!r} ({key})")
 
     def restore_all(self) -> list[str]:

@@ -69,8 +69,12 @@ NOT_APPLICABLE = {
                          "cacheable) and writes its dataset to the artifact bucket: run and "
                          "tested on the local environment only",
     "network-gray": "adds toxics (latency, resets, silent connections) to the local fault "
-                    "proxy's agent routes; the cloud drivers have no gray network fault yet "
-                    "(Chaos Mesh NetworkChaos would be the equivalent: not driven, local only)",
+                    "proxy's agent routes. The cloud driver maps toxics to Chaos Mesh "
+                    "NetworkChaos (latency as delay, full silence as 100 % loss; tested offline "
+                    "only, docs/chaos-cloud.md), but two of this experiment's toxics have no "
+                    "equivalent and are refused: connections-reset (reset_peer: nothing in "
+                    "NetworkChaos sends a TCP reset) and silent-connections (toxicity 0.1 is "
+                    "one connection in ten; netem drops per packet): local only",
     "artifact-store-brownout": "answers S3 requests late or with 503 SlowDown through the "
                                "local S3 server's brownout layer; nothing browns out a real "
                                "S3 bucket (an S3 deny policy is an outage, not a brownout): "
@@ -85,7 +89,8 @@ NOT_APPLICABLE = {
     "overload-metastability": "slows every API replica's route to the database with a toxic "
                               "on the local fault proxy, and its open-loop load is refused for "
                               "anything but 127.0.0.0/8 (loadtests/safety.py); the cloud "
-                              "drivers have no gray network fault yet: local only",
+                              "drivers' gray network fault (Chaos Mesh) covers only the agents' "
+                              "route to the API, not the API's to RDS: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -30,10 +30,39 @@ CLOSES: dict[str, tuple[str, ...]] = {
     "artifact_store_restore": ("artifact_store_unreachable",),
     "registry_restore": ("registry_unreachable",),
     "restore_zone": ("zone_outage",),
+    "remove_toxic": ("network_gray",),  # target "<target>/<toxic name>", as the local one
 }
 # one target per environment: recorded under these names, like the local timeline does
 SINGLE_TARGET = {"artifact_store_unreachable": "artifact-store", "registry_unreachable": "registry",
                  "failover_db": "database"}
+
+
+class RecordedToxics:
+    """The ``network`` part (chaos/gray.py) with its timeline: each toxic is a
+    ``network_gray`` fault whose target is ``<target>/<toxic name>``, as on the local fault
+    proxy (infra/local/route_toxics.py)."""
+
+    def __init__(self, recorded: RecordedCloudFaults, network: Any) -> None:
+        self.recorded = recorded
+        self.network = network  # infra.cloud.driver.CloudToxics
+
+    def check(self, target: str, toxics: list[Any]) -> None:
+        self.network.check(target, toxics)
+
+    def add(self, target: str, toxic: dict[str, Any]) -> dict[str, Any]:
+        from infra.local.toxics import parse_toxic
+
+        self.network.check(target, [toxic])  # refused before anything starts: no window
+        ref = f"{target}/{parse_toxic(toxic, '').name}"
+        return self.recorded._inject("network_gray", ref, lambda: self.network.add(target, toxic))
+
+    def update(self, target: str, name: str, *, toxicity: float | None = None,
+               attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.network.update(target, name, toxicity=toxicity, attributes=attributes)
+
+    def remove(self, target: str, name: str) -> dict[str, Any]:
+        return self.recorded._heal("remove_toxic", f"{target}/{name}",
+                                   lambda: self.network.remove(target, name))
 
 
 class RecordedCloudFaults:
@@ -44,6 +73,7 @@ class RecordedCloudFaults:
     def __init__(self, driver: Any, timeline: Timeline) -> None:
         self.driver = driver  # infra.cloud.driver.CloudFaults
         self.timeline = timeline
+        self.network = RecordedToxics(self, driver.network)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def open_faults(self) -> list[tuple[str, str]]:

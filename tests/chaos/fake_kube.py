@@ -1,5 +1,6 @@
 """A hand-written fake of the CoreV1 / AppsV1 / NetworkingV1 / CustomObjects (Karpenter
-``karpenter.sh/v1`` NodePools and NodeClaims only) API objects, backed by the
+``karpenter.sh/v1`` NodePools and NodeClaims, cluster-scoped; Chaos Mesh ``chaos-mesh.org/
+v1alpha1`` NetworkChaos, namespaced) API objects, backed by the
 recorded cluster objects in ``recorded/``. It keeps JSON dicts (as the API server would),
 answers with real ``kubernetes.client`` models and logs every write, so tests can assert
 which objects a driver touched. Only the calls the cloud drivers and chaosk8s make exist."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +21,13 @@ from kubernetes.client.rest import ApiException
 
 RECORDED = Path(__file__).parent / "recorded" / "eks-dev-cluster.json"
 CUSTOM = ("nodepools", "nodeclaims")  # karpenter.sh/v1, cluster-scoped
+CHAOS_MESH = ("chaos-mesh.org", "v1alpha1", "networkchaos")  # namespaced
+# What the NetworkChaos CRD of Chaos Mesh 2.8 (config/crd/bases/chaos-mesh.org_networkchaos.yaml)
+# checks of the fields the driver sets: enums and the duration pattern.
+DURATION = re.compile(r"^[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)$")
+ENUMS = {"action": {"netem", "delay", "loss", "duplicate", "corrupt", "partition", "bandwidth"},
+         "direction": {"to", "from", "both"},
+         "mode": {"one", "all", "fixed", "fixed-percent", "random-max-percent"}}
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -46,11 +55,17 @@ class FakeCluster:
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             kind: {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
                    for o in data.get(kind, [])}
-            for kind in ("deployments", "pods", "nodes", "networkpolicies", *CUSTOM)}
+            for kind in ("deployments", "pods", "nodes", "networkpolicies", *CUSTOM,
+                         "networkchaos")}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, "ns/name")
         # "ns/name" -> how many more evictions a PodDisruptionBudget refuses (HTTP 429)
         self.pdb_refusals: dict[str, int] = {}
         self._ser = client.ApiClient()
+        # Chaos Mesh: its CRDs installed; its controller reports a NetworkChaos injected
+        # (AllInjected) as soon as it exists; its finalizer lets a deleted one go at once.
+        self.chaos_mesh_installed = True
+        self.chaos_mesh_injects = True
+        self.chaos_mesh_recovers = True
 
     def snapshot(self) -> dict[str, Any]:
         return copy.deepcopy({k: {"/".join(key): o for key, o in v.items()}
@@ -196,6 +211,49 @@ class FakeCluster:
         self._get(kind, "", name)
         del self.objects[kind][("", name)]
         self.writes.append(("delete", kind[:-1], name))
+
+
+    # -- CustomObjectsApi (chaos-mesh.org/v1alpha1 NetworkChaos, namespaced) -----------------
+    def _chaos_mesh(self, group: str, version: str, plural: str) -> str:
+        if (group, version, plural) != CHAOS_MESH or not self.chaos_mesh_installed:
+            raise ApiException(status=404, reason="Not Found")  # as for a CRD not installed
+        return plural
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                        plural: str, body: Any, **_: Any) -> dict[str, Any]:
+        kind = self._chaos_mesh(group, version, plural)
+        body = copy.deepcopy(self._body(body))
+        spec = body["spec"]
+        bad = [f"spec.{k}" for k, allowed in ENUMS.items() if spec.get(k, "to") not in allowed]
+        bad += [f"spec.delay.{k}" for k in ("latency", "jitter")
+                if spec.get("action") == "delay" and not DURATION.match(spec["delay"].get(k, "0ms"))]
+        bad += ["spec.duration"] if not DURATION.match(spec.get("duration", "0s")) else []
+        bad += ["spec.selector"] if not spec.get("selector") else []
+        if bad:
+            raise ApiException(status=422, reason=f"Invalid: {', '.join(bad)}")
+        key = (namespace, body["metadata"]["name"])
+        if key in self.objects[kind]:
+            raise ApiException(status=409, reason="AlreadyExists")
+        if self.chaos_mesh_injects:
+            body["status"] = {"conditions": [{"type": "Selected", "status": "True"},
+                                             {"type": "AllInjected", "status": "True"}]}
+        self.objects[kind][key] = body
+        self.writes.append(("create", kind, "/".join(key)))
+        return copy.deepcopy(body)
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                     plural: str, name: str, **_: Any) -> dict[str, Any]:
+        return copy.deepcopy(self._get(self._chaos_mesh(group, version, plural), namespace, name))
+
+    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                        plural: str, name: str, **_: Any) -> None:
+        kind = self._chaos_mesh(group, version, plural)
+        obj = self._get(kind, namespace, name)
+        self.writes.append(("delete", kind, f"{namespace}/{name}"))
+        if self.chaos_mesh_recovers:
+            del self.objects[kind][(namespace, name)]
+        else:  # the finalizer holds it
+            obj["metadata"]["deletionTimestamp"] = "2026-12-06T00:00:00Z"
 
 
 @pytest.fixture
