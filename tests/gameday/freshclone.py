@@ -61,6 +61,15 @@ def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone
         assert down.returncode in (0, 1), down.stdout + down.stderr
 
 
+def fresh_env(tmp_path_factory: pytest.TempPathFactory, *up_args: str) -> Iterator[FreshClone]:
+    """Body of a module's ``clone`` fixture whose environment is up before its first test
+    (`gameday env up [up_args] --json`, checked)."""
+    for c in fresh_clone(tmp_path_factory):
+        up = c.gameday("env", "up", *up_args, "--json", timeout=400)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield c
+
+
 def epoch(text: str) -> float:
     t = datetime.fromisoformat(text)  # Chaos Toolkit writes naive UTC
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()

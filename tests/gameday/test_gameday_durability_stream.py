@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gameday.freshclone import FreshClone, fresh_clone
+from tests.gameday.freshclone import FreshClone, fresh_env
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
@@ -23,10 +23,7 @@ DEMONSTRATES_99_99 = 29_956  # ln(0.05) / ln(0.9999), rounded up
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
-    for c in fresh_clone(tmp_path_factory):
-        up = c.gameday("env", "up", "--json", timeout=400)
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        yield c
+    yield from fresh_env(tmp_path_factory)
 
 
 @pytest.mark.timeout(2400)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gameday.freshclone import FreshClone, fresh_clone, journal
+from tests.gameday.freshclone import FreshClone, fresh_env, journal
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
@@ -24,10 +24,7 @@ NAME = "overload-metastability"
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
-    for c in fresh_clone(tmp_path_factory):
-        up = c.gameday("env", "up", "--json", timeout=400)
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        yield c
+    yield from fresh_env(tmp_path_factory)
 
 
 @pytest.mark.timeout(900)
