@@ -213,6 +213,9 @@ def dry_run(opts: Options, names: list[str], console: Console) -> int:
         _dry_run_cloud(opts, console)
     _say(console, f"background load: loadtests/scenarios/{opts.load_scenario}.yaml; "
                   f"evidence would go to {opts.runs_dir}/<run-id>/")
+    if opts.durability_rate:
+        _say(console, f"durability stream: {opts.durability_rate:g} submissions/s to the held "
+                      "queue through the whole run (canceled in bulk at the end)")
     _say(console, "dry run: nothing was changed")
     return 0
 
@@ -815,7 +818,7 @@ def _options(f: Any) -> Any:
                      metavar="RATE", show_default=True,
                      help="Also submit RATE cheap operations a second (held queue, no agent) "
                           "through the whole run, so that the durability audit has the events "
-                          "to demonstrate its objective: 99.99 %% needs 29,956 acknowledged "
+                          "to demonstrate its objective: 99.99 % needs 29,956 acknowledged "
                           "with none lost (local, reference control plane; 0 = off)."),
     ]
     for o in reversed(opts):

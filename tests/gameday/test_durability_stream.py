@@ -75,3 +75,14 @@ def test_bad_rates_tokens_and_targets_are_refused(tmp_path: Path) -> None:
 def test_run_refuses_the_stream_before_touching_anything(kw: dict, why: str) -> None:
     with pytest.raises(SuiteError, match=why):
         preflight(Options(suite="ci", **kw))
+
+
+def test_the_dry_run_names_the_stream(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from gameday.run import dry_run
+
+    console = Console(record=True, width=200)
+    opts = Options(suite="ci", durability_rate=100.0, home=tmp_path, runs_dir=tmp_path / "runs")
+    dry_run(opts, preflight(opts), console)
+    assert "durability stream: 100 submissions/s to the held queue" in console.export_text()
