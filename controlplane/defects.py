@@ -50,6 +50,10 @@ KNOWN: dict[str, str] = {
                               "commits take every API replica out of the load balancer",
     "ack-unknown-outcome": "a submission whose commit failed with a lost connection (outcome "
                            "unknown) is acknowledged as if it had committed",
+    "checkpoint-no-fsync": "a node-local checkpoint is recorded and reported before its bytes "
+                           "are fsynced: a power loss takes checkpoints already reported",
+    "local-checkpoint-unverified": "a resume trusts the node's local checkpoint without "
+                                   "checking it against its durable record",
 }
 
 
@@ -79,6 +83,8 @@ WHERE: dict[str, frozenset[str]] = {
     "storage-retry-no-backoff": frozenset({"agent"}),  # the workload inherits its agent's env
     "readyz-commit-deadline": frozenset({"api"}),
     "ack-unknown-outcome": frozenset({"api"}),  # the group commit's error path
+    "checkpoint-no-fsync": frozenset({"agent"}),  # the workload inherits its agent's env
+    "local-checkpoint-unverified": frozenset({"agent"}),  # the workload's resume
 }
 
 

@@ -341,6 +341,11 @@ def manifest_files(content: dict | None) -> dict[str, str] | None:
 def write_prefix(event: Event, attempt_numbers: dict[str, int]) -> tuple[str, str] | None:
     """(prefix, manifest file) of a reported write, per docs/CONTRACTS.md section 3."""
     if event.kind == "checkpoint_written":
+        if event.data.get("location") == "local":
+            # kept on the node's own disk, not written to the store: whether its bytes were
+            # durable before it was reported is the checkpoint-power-loss class's invariant
+            # (slo/checkpoint_invariants.py)
+            return None
         prefix = event.data.get("prefix")
         if (
             not prefix
@@ -518,6 +523,8 @@ def checkpoint_progress_loss(
         for e in events
         if e.kind == "resumed" and e.attempt_id
     }
+    local = {e.attempt_id for e in events
+             if e.kind == "resumed" and e.attempt_id and e.data.get("source") == "local"}
     ordered = sorted(attempts, key=lambda a: a.number)
     out = []
     for i, a in enumerate(ordered):
@@ -527,7 +534,13 @@ def checkpoint_progress_loss(
         start = resumed.get(a.id, 0.0)
         lost = max(0.0, before - start)
         torn = False
-        if start > 0:
+        if start > 0 and a.id in local:
+            # a node-local copy: complete only when an earlier attempt recorded it in the
+            # store (written once its bytes were durable on the node)
+            torn = not any(
+                f"local-checkpoints/{a.operation_id}/attempt-{p.number}/step-{int(start):08d}.json"
+                in index.objects for p in ordered[:i])
+        elif start > 0:
             candidates = [
                 f"checkpoints/{a.operation_id}/attempt-{p.number}/step-{int(start):08d}"
                 for p in ordered[:i]
