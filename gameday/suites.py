@@ -35,7 +35,8 @@ SUITES: dict[str, tuple[str, ...]] = {
 # environment reports them not applicable, with the reason.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
                   "zone-outage", "telemetry-loss", "pipeline-recovery", "network-gray",
-                  "artifact-store-brownout", "db-slow-disk", "db-disk-full", "upgrade")
+                  "artifact-store-brownout", "db-slow-disk", "db-disk-full",
+                  "checkpoint-power-loss", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)

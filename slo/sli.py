@@ -341,11 +341,6 @@ def manifest_files(content: dict | None) -> dict[str, str] | None:
 def write_prefix(event: Event, attempt_numbers: dict[str, int]) -> tuple[str, str] | None:
     """(prefix, manifest file) of a reported write, per docs/CONTRACTS.md section 3."""
     if event.kind == "checkpoint_written":
-        if event.data.get("location") == "local":
-            # kept on the node's own disk, not written to the store: whether its bytes were
-            # durable before it was reported is the checkpoint-power-loss class's invariant
-            # (slo/checkpoint_invariants.py)
-            return None
         prefix = event.data.get("prefix")
         if (
             not prefix
@@ -372,6 +367,15 @@ def artifact_write_success(
     """A write the platform reported as done must be complete and verifiable in the store."""
     out = []
     for e in events:
+        if e.kind == "checkpoint_written" and e.data.get("location") == "local":
+            # kept on the node's own disk: what reached the store is its record (checksums);
+            # whether its bytes were durable before it was reported is the
+            # checkpoint-power-loss class's invariant (slo/checkpoint_invariants.py)
+            key = e.data.get("record")
+            ok = isinstance(key, str) and key in index.objects
+            out.append(Outcome(ts(e.time), ok, str(key) if ok else
+                               f"node-local checkpoint without its record in the store: {key}"))
+            continue
         target = write_prefix(e, attempt_numbers)
         if target is None:
             if e.kind in ("checkpoint_written", "artifact_written"):

@@ -107,8 +107,7 @@ def _resume_local(ctx: RunContext, config: model.TrainConfig,
     record = choice.record.key if choice.record else None
     emit("resumed", f"resumed from step {state.step} (local {choice.slot.name})",
          from_step=state.step, source="local", slot=choice.slot.name, record=record,
-         verified=defects.enabled("local-checkpoint-unverified") is False,
-         prefix=choice.record.ref.prefix if choice.record else None)
+         verified=defects.enabled("local-checkpoint-unverified") is False)
     return state
 
 

@@ -82,6 +82,13 @@ NOT_APPLICABLE = {
     "db-disk-full": "fills the database primary's WAL disk through the local storage layer "
                     "(faultfs ENOSPC); an RDS instance's storage cannot be filled on purpose "
                     "without filling it with data (not driven, local only)",
+    "checkpoint-power-loss": "cuts an agent host's power through the local storage layer "
+                             "(faultfs under the agent's node-local checkpoint directory drops "
+                             "every unsynced write); the cloud equivalent would be a hard stop "
+                             "of the node's instance with its local NVMe (instance store) kept, "
+                             "which EC2 does not offer (a stopped instance loses its instance "
+                             "store, a rebooted one keeps what the page cache had flushed): not "
+                             "driven, local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -31,6 +31,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "artifact-store-brownout",
     "db-slow-disk",
     "db-disk-full",
+    "checkpoint-power-loss",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")
