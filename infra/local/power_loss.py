@@ -8,9 +8,10 @@ agent took to come back.
 
 The order is the one a real power loss gives (docs/faultfs.md, "How to crash"): no process
 may write (and fsync) after the crash, so every process using the disk is gone first.
-Timed, optionally, inside a checkpoint write of one operation (``during_write_of``): when
-the node's disk holds unsynced bytes and a slot of that operation's checkpoint directory
-claims at least ``min_step``, so that the loss meets a checkpoint whose bytes are only partly
+Timed, optionally, inside a checkpoint write of one operation (``during_write_of``): when a
+slot of that operation's checkpoint directory claims at least ``min_step`` and what readers of
+the mount see of it differs from the backing directory (some of its bytes are not durable yet:
+the write is under way), so that the loss meets a checkpoint whose bytes are only partly
 durable; whether it did is in the answer (``landed_in_write``), read from the crash report.
 """
 
@@ -42,9 +43,28 @@ def claimed_step(slot_dir: Path) -> int | None:
         return None
 
 
-def newest_claim(op_dir: Path) -> int | None:
-    steps = [s for d in sorted(op_dir.glob("slot-*")) if (s := claimed_step(d)) is not None]
-    return max(steps) if steps else None
+def _bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def write_under_way(op_mount: Path, op_backing: Path, min_step: int) -> int | None:
+    """The step of a slot of one operation that claims at least ``min_step`` (as readers of the
+    mount see it) and whose files differ from the backing directory's (not all durable yet);
+    None when there is none."""
+    for slot in sorted(op_mount.glob("slot-*")):
+        step = claimed_step(slot)
+        if step is None or step < min_step:
+            continue
+        try:
+            names = sorted(p.name for p in slot.iterdir())
+        except OSError:
+            continue
+        if any(_bytes(slot / n) != _bytes(op_backing / slot.name / n) for n in names):
+            return step
+    return None
 
 
 def dropped_under(report: Mapping[str, Any], prefix: str) -> list[str]:
@@ -88,12 +108,12 @@ class PowerLoss:
 
     def _wait_for_write(self, disk: ComponentSpec, operation_id: str, min_step: int,
                         timeout: float) -> int:
-        op_dir = Path(disk.labels["mount"]) / operation_id
-        client = self._client(disk)
+        op_mount = Path(disk.labels["mount"]) / operation_id
+        op_backing = Path(disk.labels["source"]) / operation_id
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            step = newest_claim(op_dir)
-            if step is not None and step >= min_step and client.state()["unsynced_files"] > 0:
+            step = write_under_way(op_mount, op_backing, min_step)
+            if step is not None:
                 return step
             self.sleep(0.05)
         raise EnvError(f"no checkpoint write of {operation_id} at step >= {min_step} on "

@@ -6,6 +6,7 @@ infra/local/power_loss.py that read the crash report."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from infra.local.power_loss import dropped_under
@@ -162,3 +163,24 @@ def test_dropped_under_reads_the_crash_report() -> None:
                                              "/op-1/slot-1/weights.npy"]
     assert dropped_under(report, "op-3") == []
     assert dropped_under({}, "op-1") == []
+
+
+def test_a_write_is_under_way_while_the_mount_shows_bytes_the_backing_lacks(
+        tmp_path: Path) -> None:
+    from infra.local.power_loss import write_under_way
+
+    mount, backing = tmp_path / "mnt" / "op", tmp_path / "backing" / "op"
+    for root in (mount, backing):
+        (root / "slot-1").mkdir(parents=True)
+    state70, state50 = b'{"step": 70}', b'{"step": 50}'
+    (mount / "slot-1" / "state.json").write_bytes(state70)
+    (mount / "slot-1" / "weights.npy").write_bytes(b"w70")
+    (backing / "slot-1" / "state.json").write_bytes(state70)  # fsynced
+    (backing / "slot-1" / "weights.npy").write_bytes(b"w50")  # not yet
+    assert write_under_way(mount, backing, 70) == 70
+    assert write_under_way(mount, backing, 80) is None  # not the step asked for
+    (backing / "slot-1" / "weights.npy").write_bytes(b"w70")  # the last fsync done
+    assert write_under_way(mount, backing, 70) is None
+    (backing / "slot-1" / "state.json").write_bytes(state50)
+    assert write_under_way(mount, backing, 70) == 70
+    assert write_under_way(tmp_path / "none", backing, 1) is None
