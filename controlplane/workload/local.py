@@ -21,6 +21,7 @@ step its files claim to be; only the record says whether the bytes are that step
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -96,8 +97,6 @@ class LocalCheckpoints:
 
     def slots(self, operation_id: str, names: tuple[str, ...]) -> list[Slot]:
         """Every slot of the operation with what it holds now (nothing is verified here)."""
-        import json
-
         out = []
         for i in range(SLOTS):
             path = self.op_dir(operation_id) / f"slot-{i}"

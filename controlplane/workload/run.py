@@ -65,20 +65,20 @@ def choose_local(records: list[storage.LocalRecord], slots: list[Slot], newer_th
     if not verify:
         claimed = [s for s in slots if s.claimed_step is not None and s.claimed_step > newer_than]
         best = max(claimed, key=lambda s: s.claimed_step or 0, default=None)
-        return LocalChoice(best, by_step.get(best.claimed_step) if best and best.claimed_step
-                           is not None else None, ())
+        return LocalChoice(best, by_step.get(best.claimed_step or 0) if best else None, ())
     skipped: list[dict[str, object]] = []
     chosen: tuple[Slot, storage.LocalRecord] | None = None
     for record in sorted(by_step.values(), key=lambda r: r.ref.step, reverse=True):
         if record.ref.step <= newer_than:
             break
-        reasons = [why for s in slots if (why := _mismatch(s, record)) is not None]
-        match = next((s for s in slots if _mismatch(s, record) is None), None)
+        why = {s.name: _mismatch(s, record) for s in slots}
+        match = next((s for s in slots if why[s.name] is None), None)
         if match is not None:
             chosen = (match, record)
             break
+        reasons = [w for w in why.values() if w]
         claimed = [s for s in slots if s.claimed_step == record.ref.step]
-        reason = (_mismatch(claimed[0], record) if claimed else
+        reason = (why[claimed[0].name] if claimed else
                   "no local copy" + (f" ({'; '.join(reasons)})" if reasons else ""))
         skipped.append({"step": record.ref.step, "record": record.key, "reason": reason})
     floor = chosen[1].ref.step if chosen else newer_than

@@ -142,8 +142,9 @@ class PowerLoss:
         pids = self.power_off(agent)
         try:
             report = client.crash()
-        except FaultFsError as exc:
-            self.ledger.end(FAULT, agent, {"error": f"crash refused: {exc}"})
+        except FaultFsError as exc:  # the power comes back all the same
+            self.power_on(agent)
+            self.ledger.end(FAULT, agent, {"error": f"crash refused: {exc}", "pids": pids})
             raise EnvError(f"{disk.name}: crash refused: {exc}") from None
         self.power_on(agent)
         landed = dropped_under(report, during_write_of) if during_write_of else []
