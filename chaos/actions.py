@@ -449,7 +449,8 @@ def restore_all(configuration: Configuration = None, secrets: Secrets = None) ->
 def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every: int = 10,
                      step_delay: float = 0.05, seed: int = 7, regions: list[str] | None = None,
                      dataset: str | None = None, accelerators: int = 0, max_retries: int = 3,
-                     checkpoint_commit_delay: float = 0.0, wait_for: str | None = None,
+                     checkpoint_commit_delay: float = 0.0, checkpoint_upload_every: int = 1,
+                     checkpoint_sync_delay: float = 0.0, wait_for: str | None = None,
                      timeout: float = 60.0, configuration: Configuration = None,
                      secrets: Secrets = None) -> dict:
     """Submit ``count`` sample training operations under ``tag`` (every acknowledgement goes to
@@ -459,6 +460,8 @@ def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every
                  seed=seed, regions=tuple(regions) if regions else None, dataset=dataset,
                  accelerators=accelerators, max_retries=max_retries,
                  checkpoint_commit_delay=checkpoint_commit_delay,
+                 checkpoint_upload_every=checkpoint_upload_every,
+                 checkpoint_sync_delay=checkpoint_sync_delay,
                  name=f"{ctx.experiment}-{tag}"[:120],
                  queue="gpu" if accelerators else "default")
     ids, acks = [], []

@@ -13,6 +13,11 @@ or failing (EIO), optionally only for paths under its data directory matching a 
 (``pg_wal/**``), through the storage layer (infra/local/disk_faults.py; the environment must
 run with it: `gameday env up --storage-faults`).
 
+Power: an agent host loses power (infra/local/power_loss.py): the agent and its workloads
+SIGKILLed, every write on the node's own disk (its checkpoint directory, infra/local/
+node_disk.py) that was not fsynced dropped, the agent started again on the same disk; timed
+inside a checkpoint write of the job, and failed unless the loss met it.
+
 Object store: an S3 brownout (infra/local/s3_brownout.py: ``503 SlowDown`` or another 5xx
 on a share of requests, latency, a bandwidth cap), changeable while in effect; its fault
 records carry the request counts the retry-amplification invariant judges.
@@ -36,12 +41,13 @@ from infra.local.s3_brownout import BrownoutInvalid, parse_brownout
 from infra.local.toxics import ToxicError, parse_toxic
 
 __all__ = ["add_toxics", "change_s3_brownout", "change_toxic", "clear_disk", "end_s3_brownout",
-           "fail_disk", "fill_disk", "release_memory", "remove_toxics", "restore_cpu",
-           "slow_disk", "squeeze_memory", "start_s3_brownout", "starve_cpu"]
+           "fail_disk", "fill_disk", "power_loss_during_checkpoint", "release_memory",
+           "remove_toxics", "restore_cpu", "slow_disk", "squeeze_memory", "start_s3_brownout",
+           "starve_cpu"]
 
 # The actions that inject a fault, as in chaos/actions.py (what `gameday run --dry-run` lists).
 FAULTS = ("add_toxics", "change_s3_brownout", "start_s3_brownout", "starve_cpu", "squeeze_memory",
-          "slow_disk", "fill_disk", "fail_disk")
+          "slow_disk", "fill_disk", "fail_disk", "power_loss_during_checkpoint")
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
@@ -57,6 +63,8 @@ CAPABILITIES = {
               "environment's processes only)",
     "disks": "inject storage faults (the local environment's storage layer only: gameday env "
              "up --storage-faults)",
+    "power": "cut an agent host's power (a node disk of the local environment's storage "
+             "layer only: gameday env up --storage-faults)",
 }
 
 
@@ -193,6 +201,33 @@ def clear_disk(target: str | None = None, settle_seconds: float = 0.0,
     return _disks(configuration).clear(target, settle_seconds=settle_seconds)
 
 
+def power_loss_during_checkpoint(tag: str, after_step: int = 1, settle: float = 0.5,
+                                 timeout: float = 60.0, configuration: Configuration = None,
+                                 secrets: Secrets = None) -> dict:
+    """Cut the power of the host running the first operation of ``tag`` while it writes a
+    checkpoint of step ``after_step`` or later to its node disk, ``settle`` seconds into the
+    write (the job is submitted with a ``checkpoint_sync_delay`` longer than that: its first
+    files are durable, its last is not); the agent comes back on the same disk. Fails unless
+    the loss dropped bytes of that job's checkpoints, so a loss that met no write can never be
+    taken for a rehearsal of this class."""
+    _, power = _part(configuration, "power")
+    ctx = Context.from_configuration(configuration)
+    op_id = ctx.recall(tag)[0]
+    view = ctx.platform.get(op_id, timeline=True)
+    live = [a for a in view.attempts if a["state"] in ("dispatched", "running")]
+    if not live:
+        raise ChaosError(f"operation {op_id} has no live attempt (state {view.state})")
+    agent = live[-1]["agent_name"]
+    out = power.cut(agent, during_write_of=op_id, min_step=after_step, settle=settle,
+                    timeout=timeout)
+    if not out["landed_in_write"]:
+        raise ChaosError(f"the power loss of {agent} dropped no checkpoint bytes of {op_id} "
+                         f"(it dropped {out['crash'].get('dropped_bytes')} bytes elsewhere): "
+                         "it did not meet a checkpoint write")
+    ctx.remember(f"{tag}:power_lost", [agent])
+    return {"agent": agent, "operation_id": op_id, **out}
+
+
 # -- validation before anything runs (chaos/validate.py) -------------------------------------
 def _toxics_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     toxics = arguments.get("toxics")
@@ -272,7 +307,20 @@ def _clear_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _power_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    step = arguments.get("after_step", 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        out.append(("after_step", f"a checkpoint step of 1 or more, got {step!r}"))
+    for name, default, top in (("settle", 0.5, 30), ("timeout", 60.0, 600)):
+        value = arguments.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= top:
+            out.append((name, f"a number of seconds from 0 to {top}, got {value!r}"))
+    return out
+
+
 ARGUMENT_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] = {
+    "power_loss_during_checkpoint": _power_problems,
     "add_toxics": _toxics_problems,
     "change_toxic": _change_problems,
     "start_s3_brownout": _brownout_problems,

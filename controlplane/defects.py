@@ -55,6 +55,10 @@ KNOWN: dict[str, str] = {
     "admission-wait-unbounded": "admission control bounds the requests in flight but lets the "
                                 "others wait for a slot without limit: a queue without bound "
                                 "in front of the slots",
+    "checkpoint-no-fsync": "a node-local checkpoint is recorded and reported before its bytes "
+                           "are fsynced: a power loss takes checkpoints already reported",
+    "local-checkpoint-unverified": "a resume trusts the node's local checkpoint without "
+                                   "checking it against its durable record",
 }
 
 
@@ -86,6 +90,8 @@ WHERE: dict[str, frozenset[str]] = {
     "ack-unknown-outcome": frozenset({"api"}),  # the group commit's error path
     "admission-unbounded": frozenset({"api"}),  # controlplane/api/admission.py policy_from
     "admission-wait-unbounded": frozenset({"api"}),  # admission.py wait_allowance
+    "checkpoint-no-fsync": frozenset({"agent"}),  # the workload inherits its agent's env
+    "local-checkpoint-unverified": frozenset({"agent"}),  # the workload's resume
 }
 
 

@@ -461,6 +461,58 @@ def _read_files_without_manifest(store: ObjectStore, prefix: str) -> dict[str, b
         return None
 
 
+# --- node-local checkpoints: the durable record of each (controlplane/workload/local.py) --
+
+
+def local_record_key(operation_id: str, attempt: int, step: int) -> str:
+    return f"local-checkpoints/{operation_id}/attempt-{attempt}/step-{step:08d}.json"
+
+
+_LOCAL_RECORD = re.compile(
+    r"^local-checkpoints/(?P<op>[^/]+)/attempt-(?P<n>\d+)/step-(?P<step>\d{8})\.json$")
+
+
+@dataclass(frozen=True)
+class LocalRecord:
+    """A checkpoint kept on a node's own disk, as recorded in the store once its bytes were
+    durable there: the checksums its local copy must match to be used."""
+    ref: CheckpointRef
+    files: dict[str, str]  # name -> sha256
+    uploaded: bool  # its bytes are also in the store under ref.prefix
+
+    @property
+    def key(self) -> str:
+        return local_record_key(self.ref.operation_id, self.ref.attempt, self.ref.step)
+
+
+def write_local_record(store: ObjectStore, operation_id: str, attempt: int, step: int,
+                       files: Mapping[str, bytes], *, slot: str, uploaded: bool) -> str:
+    """Record a node-local checkpoint in the store (written only after its bytes are
+    durable on the node: a record is the job's promise that the local copy survives)."""
+    key = local_record_key(operation_id, attempt, step)
+    store.put(key, build_manifest(files, {"step": step, "attempt": attempt, "slot": slot,
+                                          "uploaded": uploaded}))
+    return key
+
+
+def local_records(store: ObjectStore, operation_id: str) -> list[LocalRecord]:
+    """Every local-checkpoint record of an operation (any attempt), newest step first; an
+    unreadable record is left out (it promises nothing)."""
+    out = []
+    for key in store.list_prefixes(f"local-checkpoints/{operation_id}/"):
+        match = _LOCAL_RECORD.match(key)
+        if not match:
+            continue
+        try:
+            body = json.loads(store.get(key))
+            files = {str(k): str(v["sha256"]) for k, v in body["files"].items()}
+        except (ObjectMissing, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        out.append(LocalRecord(CheckpointRef(operation_id, int(match["n"]), int(match["step"])),
+                               files, bool(body.get("uploaded"))))
+    return sorted(out, key=lambda r: (r.ref.step, r.ref.attempt), reverse=True)
+
+
 # --- artifacts -----------------------------------------------------------------------------
 
 

@@ -81,6 +81,10 @@ MATRIX += (
          "db-slow-disk.invariant.served-after-detection"),
     Case("db-disk-full", "ack-unknown-outcome", "db-disk-full",
          "db-disk-full.rpo.acknowledged_submissions"),
+    Case("checkpoint-power-loss", "checkpoint-no-fsync", "checkpoint-power-loss",
+         "checkpoint-power-loss.invariant.reported-checkpoints-durable"),
+    Case("checkpoint-power-loss", "local-checkpoint-unverified", "checkpoint-power-loss",
+         "checkpoint-power-loss.invariant.durable-resume"),
 )
 MATRIX += (
     Case("overload-metastability", "admission-unbounded", "overload-metastability",

@@ -38,7 +38,7 @@ SUITES: dict[str, tuple[str, ...]] = {
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
                   "zone-outage", "telemetry-loss", "pipeline-recovery", "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
-                  "overload-metastability", "upgrade")
+                  "overload-metastability", "checkpoint-power-loss", "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = (frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)

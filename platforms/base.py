@@ -28,6 +28,10 @@ class Workload:
     # seconds between a checkpoint's files and its manifest: an experiment can then interrupt
     # a checkpoint write for certain (0 = no pause)
     checkpoint_commit_delay: float = 0.0
+    # with a node-local checkpoint directory (the agent's disk): every n-th checkpoint also
+    # goes to the object store, and a checkpoint's last file waits this long for its fsync
+    checkpoint_upload_every: int = 1
+    checkpoint_sync_delay: float = 0.0
     cpu: int = 1
     accelerators: int = 0
     regions: tuple[str, ...] | None = None

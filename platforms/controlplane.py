@@ -120,7 +120,11 @@ class ControlPlaneAdapter:
                          "params": {"steps": w.steps, "checkpoint_every": w.checkpoint_every,
                                     "seed": w.seed, "step_delay": w.step_delay,
                                     **({"checkpoint_commit_delay": w.checkpoint_commit_delay}
-                                       if w.checkpoint_commit_delay else {})}},
+                                       if w.checkpoint_commit_delay else {}),
+                                    **({"checkpoint_upload_every": w.checkpoint_upload_every}
+                                       if w.checkpoint_upload_every != 1 else {}),
+                                    **({"checkpoint_sync_delay": w.checkpoint_sync_delay}
+                                       if w.checkpoint_sync_delay else {})}},
             "resources": {"cpu": w.cpu, "accelerator":
                           {"type": "sim-a100", "count": w.accelerators} if w.accelerators else None},
             "placement": {"regions": list(w.regions) if w.regions else None, "dataset": w.dataset},
@@ -428,11 +432,13 @@ def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str 
 
 
 def _belongs(key: str, operations: set[str] | None) -> bool:
-    """Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/..."""
+    """Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/...,
+    local-checkpoints/<op>/... (the records of node-local checkpoints)."""
     if operations is None:
         return True
     parts = key.split("/", 2)
-    return len(parts) > 2 and parts[0] in ("checkpoints", "artifacts") and parts[1] in operations
+    return (len(parts) > 2 and parts[0] in ("checkpoints", "artifacts", "local-checkpoints")
+            and parts[1] in operations)
 
 
 def write_objects(s3: Any, bucket: str, path: Path, operations: set[str] | None = None) -> int:
@@ -447,7 +453,8 @@ def write_objects(s3: Any, bucket: str, path: Path, operations: set[str] | None 
         row: dict[str, Any] = {"key": obj["Key"], "size": obj["Size"],
                                "etag": obj.get("ETag", "").strip('"'),
                                "sha256": hashlib.sha256(body).hexdigest(), "content": None}
-        if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")):
+        if obj["Key"].endswith(("MANIFEST.json", "COMPLETE.json")) or obj["Key"].startswith(
+                "local-checkpoints/"):
             try:
                 row["content"] = json.loads(body)
             except ValueError:

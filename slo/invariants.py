@@ -416,6 +416,27 @@ for _name in ("bounded-latency", "no-failover", "at-most-one-failover"):
     INVARIANTS[_name] = _storage_judge(_name)
 
 
+def _checkpoint_judge(name: str) -> Judge:
+    """The checkpoint-power-loss invariants live in slo/checkpoint_invariants.py (which imports
+    this module)."""
+    def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
+        from slo import checkpoint_invariants as ck
+        from slo.sli import ObjectIndex
+
+        index = ObjectIndex.of(ev.objects)
+        runs = ck.interrupted(ev.faults, ev.attempts, ev.events, index, lo, hi)
+        if name == "reported-checkpoints-durable":
+            return ck.reported_checkpoints_durable(runs, lo, hi)
+        if name == "durable-resume":
+            return ck.durable_resume(runs, ev.attempts, index, lo, hi)
+        return ck.power_loss_visible(runs, ev.faults, ev.events, lo, hi)
+    return judge
+
+
+for _name in ("reported-checkpoints-durable", "durable-resume", "power-loss-visible"):
+    INVARIANTS[_name] = _checkpoint_judge(_name)
+
+
 # (evidence, window start, window end, the recovery objective's RTO in seconds) -> result:
 # the invariants whose promise is "within the RTO"
 RtoJudge = Callable[[Evidence, float, float, float], InvariantResult]

@@ -367,6 +367,15 @@ def artifact_write_success(
     """A write the platform reported as done must be complete and verifiable in the store."""
     out = []
     for e in events:
+        if e.kind == "checkpoint_written" and e.data.get("location") == "local":
+            # kept on the node's own disk: what reached the store is its record (checksums);
+            # whether its bytes were durable before it was reported is the
+            # checkpoint-power-loss class's invariant (slo/checkpoint_invariants.py)
+            key = e.data.get("record")
+            ok = isinstance(key, str) and key in index.objects
+            out.append(Outcome(ts(e.time), ok, str(key) if ok else
+                               f"node-local checkpoint without its record in the store: {key}"))
+            continue
         target = write_prefix(e, attempt_numbers)
         if target is None:
             if e.kind in ("checkpoint_written", "artifact_written"):
@@ -518,6 +527,8 @@ def checkpoint_progress_loss(
         for e in events
         if e.kind == "resumed" and e.attempt_id
     }
+    local = {e.attempt_id for e in events
+             if e.kind == "resumed" and e.attempt_id and e.data.get("source") == "local"}
     ordered = sorted(attempts, key=lambda a: a.number)
     out = []
     for i, a in enumerate(ordered):
@@ -527,7 +538,13 @@ def checkpoint_progress_loss(
         start = resumed.get(a.id, 0.0)
         lost = max(0.0, before - start)
         torn = False
-        if start > 0:
+        if start > 0 and a.id in local:
+            # a node-local copy: complete only when an earlier attempt recorded it in the
+            # store (written once its bytes were durable on the node)
+            torn = not any(
+                f"local-checkpoints/{a.operation_id}/attempt-{p.number}/step-{int(start):08d}.json"
+                in index.objects for p in ordered[:i])
+        elif start > 0:
             candidates = [
                 f"checkpoints/{a.operation_id}/attempt-{p.number}/step-{int(start):08d}"
                 for p in ordered[:i]

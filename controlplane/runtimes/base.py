@@ -22,6 +22,8 @@ _TRAIN_FLAGS = {
     "learning_rate": "--learning-rate",
     "step_delay": "--step-delay",
     "checkpoint_commit_delay": "--checkpoint-commit-delay",
+    "checkpoint_upload_every": "--checkpoint-upload-every",
+    "checkpoint_sync_delay": "--checkpoint-sync-delay",
 }
 PARAM_FLAGS: dict[str, dict[str, str]] = {
     "train": _TRAIN_FLAGS,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import functools
 import os
 import signal
@@ -65,6 +66,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-commit-delay", type=float, default=0.0,
                    help="seconds between a checkpoint's files and its manifest (a slow commit: "
                    "lets an experiment interrupt a checkpoint write for certain)")
+    p.add_argument("--checkpoint-upload-every", type=int, default=1,
+                   help="with a node-local checkpoint directory: every n-th checkpoint also "
+                   "goes to the object store (the others stay on the node's disk)")
+    p.add_argument("--checkpoint-sync-delay", type=float, default=0.0,
+                   help="with a node-local checkpoint directory: seconds a checkpoint's last "
+                   "file waits for its fsync (a slow disk: lets an experiment cut power while "
+                   "a checkpoint is only partly durable)")
+    p.add_argument("--local-checkpoint-dir", default=None,
+                   help="the node's own checkpoint directory (controlplane/workload/local.py); "
+                   "default: $CONTROLPLANE_CHECKPOINT_DIR, none when unset")
     p.add_argument("--s3-endpoint", default=None, help="default: $S3_ENDPOINT_URL")
     p.add_argument("--bucket", default=None, help="default: $ARTIFACT_BUCKET or ml-artifacts")
     p.add_argument("--parent-pid", type=int, default=None,
@@ -78,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.s3_endpoint = os.environ.get("S3_ENDPOINT_URL")
     if args.bucket is None:
         args.bucket = os.environ.get("ARTIFACT_BUCKET", "ml-artifacts")
+    if args.local_checkpoint_dir is None:
+        args.local_checkpoint_dir = os.environ.get("CONTROLPLANE_CHECKPOINT_DIR") or None
     return args
 
 
@@ -117,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
                      checkpoint_commit_delay=args.checkpoint_commit_delay,
                      inputs=inputs.digests if inputs is not None else None)
+    if args.local_checkpoint_dir is not None:
+        from pathlib import Path
+
+        from controlplane.workload.local import LocalCheckpoints
+        ctx = dataclasses.replace(ctx, local=LocalCheckpoints(Path(args.local_checkpoint_dir)),
+                                  upload_every=args.checkpoint_upload_every,
+                                  checkpoint_sync_delay=args.checkpoint_sync_delay)
     if args.kind in ("prepare", "evaluate"):
         assert inputs is not None
         if args.kind == "prepare":

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 EVENT_KINDS = frozenset({
     "log", "progress", "checkpoint_started", "checkpoint_written", "checkpoint_skipped_torn",
+    "checkpoint_skipped_local",
     "artifact_written", "start_failed", "resumed",
 })
 PREFIX = "@event "  # marks event lines so stray prints of libraries are not misparsed

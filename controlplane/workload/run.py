@@ -1,4 +1,9 @@
-"""The sample workload's lifecycle: resume -> train -> checkpoint every N steps -> artifacts."""
+"""The sample workload's lifecycle: resume -> train -> checkpoint every N steps -> artifacts.
+
+With a node-local checkpoint directory (controlplane/workload/local.py) every checkpoint goes
+to the node's disk first, made durable there, then (every ``upload_every``-th one) to the
+object store, and only then is it recorded (its checksums, in the store) and reported; a resume
+prefers the newest local copy whose bytes match such a record and says which it skipped."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import numpy as np
 from controlplane import defects, storage
 from controlplane.workload import model
 from controlplane.workload.events import emit
+from controlplane.workload.local import LocalCheckpoints, Slot, slot_of
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,86 @@ class RunContext:
     # a pipeline step: the input digests it consumed (verified by workload/steps.py), recorded
     # in COMPLETE.json; None outside pipelines
     inputs: list[str] | None = None
+    # the node's own checkpoint directory (None: checkpoints go to the object store only)
+    local: LocalCheckpoints | None = None
+    upload_every: int = 1  # with a local directory: every n-th checkpoint also to the store
+    checkpoint_sync_delay: float = 0.0  # with a local directory: the last file's fsync waits
+
+
+@dataclass(frozen=True)
+class LocalChoice:
+    """Where a resume on this node starts from its own disk (pure decision, choose_local)."""
+    slot: Slot | None
+    record: storage.LocalRecord | None
+    skipped: tuple[dict[str, object], ...]  # each local checkpoint not used, with the reason
+
+
+def _mismatch(slot: Slot, record: storage.LocalRecord) -> str | None:
+    for name, digest in sorted(record.files.items()):
+        data = slot.files.get(name)
+        if data is None:
+            return f"{name} missing in {slot.name}"
+        if storage.sha256_hex(data) != digest:
+            return f"{name} sha256 mismatch in {slot.name}"
+    return None
+
+
+def choose_local(records: list[storage.LocalRecord], slots: list[Slot], newer_than: int,
+                 *, verify: bool = True) -> LocalChoice:
+    """The newest local copy newer than step ``newer_than`` (the store's newest complete
+    checkpoint) whose every file matches a durable record, and what was skipped on the way:
+    recorded checkpoints whose local copy is gone or differs (lost with the node's unsynced
+    writes), and slots claiming a step nobody recorded (a write the power loss cut short).
+    ``verify=False`` is the seeded defect local-checkpoint-unverified: the slot claiming the
+    newest step is used as it is."""
+    by_step = {r.ref.step: r for r in reversed(records)}  # the latest attempt's record wins
+    if not verify:
+        claimed = [s for s in slots if s.claimed_step is not None and s.claimed_step > newer_than]
+        best = max(claimed, key=lambda s: s.claimed_step or 0, default=None)
+        return LocalChoice(best, by_step.get(best.claimed_step or 0) if best else None, ())
+    skipped: list[dict[str, object]] = []
+    chosen: tuple[Slot, storage.LocalRecord] | None = None
+    for record in sorted(by_step.values(), key=lambda r: r.ref.step, reverse=True):
+        if record.ref.step <= newer_than:
+            break
+        why = {s.name: _mismatch(s, record) for s in slots}
+        match = next((s for s in slots if why[s.name] is None), None)
+        if match is not None:
+            chosen = (match, record)
+            break
+        reasons = [w for w in why.values() if w]
+        claimed = [s for s in slots if s.claimed_step == record.ref.step]
+        reason = (why[claimed[0].name] if claimed else
+                  "no local copy" + (f" ({'; '.join(reasons)})" if reasons else ""))
+        skipped.append({"step": record.ref.step, "record": record.key, "reason": reason})
+    floor = chosen[1].ref.step if chosen else newer_than
+    for s in slots:
+        if s.claimed_step is not None and s.claimed_step > floor and s.claimed_step not in by_step:
+            skipped.append({"step": s.claimed_step, "slot": s.name,
+                            "reason": "never recorded: its write did not complete"})
+    return LocalChoice(chosen[0] if chosen else None, chosen[1] if chosen else None,
+                       tuple(skipped))
+
+
+def _resume_local(ctx: RunContext, config: model.TrainConfig,
+                  newer_than: int) -> model.TrainState | None:
+    assert ctx.local is not None
+    choice = choose_local(storage.local_records(ctx.store, ctx.operation_id),
+                          ctx.local.slots(ctx.operation_id, storage.CHECKPOINT_FILES), newer_than,
+                          verify=not defects.enabled("local-checkpoint-unverified"))
+    for item in choice.skipped:
+        where = item.get("record") or item.get("slot")
+        emit("checkpoint_skipped_local",
+             f"skipped the local checkpoint of step {item['step']} ({where}): {item['reason']}",
+             **item)
+    if choice.slot is None:
+        return None
+    state = model.deserialize(choice.slot.files, config)
+    record = choice.record.key if choice.record else None
+    emit("resumed", f"resumed from step {state.step} (local {choice.slot.name})",
+         from_step=state.step, source="local", slot=choice.slot.name, record=record,
+         verified=defects.enabled("local-checkpoint-unverified") is False)
+    return state
 
 
 def resume_state(ctx: RunContext, config: model.TrainConfig) -> model.TrainState:
@@ -31,11 +117,15 @@ def resume_state(ctx: RunContext, config: model.TrainConfig) -> model.TrainState
     for skipped in torn:
         emit("checkpoint_skipped_torn", f"skipped torn checkpoint {skipped.ref.prefix}: {skipped.reason}",
              prefix=skipped.ref.prefix, step=skipped.ref.step, reason=skipped.reason)
+    if ctx.local is not None:
+        state = _resume_local(ctx, config, loaded.ref.step if loaded else 0)
+        if state is not None:
+            return state
     if loaded is None:
         return model.init_state(config)
     state = model.deserialize(loaded.files, config)
     emit("resumed", f"resumed from step {state.step} ({loaded.ref.prefix})",
-         from_step=state.step, prefix=loaded.ref.prefix)
+         from_step=state.step, prefix=loaded.ref.prefix, source="store")
     return state
 
 
@@ -87,11 +177,34 @@ def _best_effort_writes(ctx: RunContext) -> None:
         setattr(storage, name, skip_on_outage)
 
 
+def _checkpoint_local(ctx: RunContext, config: model.TrainConfig, state: model.TrainState,
+                      prefix: str) -> None:
+    """Node disk first (durable when this returns), the store's copy when it is this
+    checkpoint's turn, then the record, then the report: nothing is recorded or reported
+    before its bytes are durable somewhere."""
+    assert ctx.local is not None
+    files = model.serialize(state, config)
+    slot = ctx.local.write(ctx.operation_id, slot_of(state.step, config.checkpoint_every), files,
+                           sync_delay=ctx.checkpoint_sync_delay)
+    upload = (state.step // config.checkpoint_every) % ctx.upload_every == 0
+    if upload:
+        storage.write_checkpoint(ctx.store, ctx.operation_id, ctx.attempt, state.step, files,
+                                 commit_delay=ctx.checkpoint_commit_delay)
+    record = storage.write_local_record(ctx.store, ctx.operation_id, ctx.attempt, state.step,
+                                        files, slot=slot, uploaded=upload)
+    emit("checkpoint_written", f"checkpoint step {state.step} ({slot}"
+         + (", uploaded)" if upload else ", node-local)"), step=state.step,
+         prefix=prefix if upload else None, location="store" if upload else "local",
+         slot=slot, record=record)
+
+
 def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
     config.validate()
     ctx.store.on_retry = pause_reporter
     if defects.enabled("success-without-artifacts"):
         _best_effort_writes(ctx)
+    if ctx.upload_every < 1:
+        raise ValueError(f"checkpoint upload every {ctx.upload_every}: expected 1 or more")
     state = resume_state(ctx, config)
     resumed_from = state.step
     data = model.make_dataset(config.seed)
@@ -101,10 +214,14 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
         if state.step % config.checkpoint_every == 0:
             prefix = storage.checkpoint_prefix(ctx.operation_id, ctx.attempt, state.step)
             emit("checkpoint_started", f"checkpoint step {state.step}", step=state.step, prefix=prefix)
-            storage.write_checkpoint(ctx.store, ctx.operation_id, ctx.attempt, state.step,
-                                     model.serialize(state, config),
-                                     commit_delay=ctx.checkpoint_commit_delay)
-            emit("checkpoint_written", f"checkpoint step {state.step}", step=state.step, prefix=prefix)
+            if ctx.local is not None:
+                _checkpoint_local(ctx, config, state, prefix)
+            else:
+                storage.write_checkpoint(ctx.store, ctx.operation_id, ctx.attempt, state.step,
+                                         model.serialize(state, config),
+                                         commit_delay=ctx.checkpoint_commit_delay)
+                emit("checkpoint_written", f"checkpoint step {state.step}", step=state.step,
+                     prefix=prefix, location="store")
         if ctx.step_delay:
             time.sleep(ctx.step_delay)
 

@@ -91,6 +91,13 @@ NOT_APPLICABLE = {
                               "anything but 127.0.0.0/8 (loadtests/safety.py); the cloud "
                               "drivers' gray network fault (Chaos Mesh) covers only the agents' "
                               "route to the API, not the API's to RDS: local only",
+    "checkpoint-power-loss": "cuts an agent host's power through the local storage layer "
+                             "(faultfs under the agent's node-local checkpoint directory drops "
+                             "every unsynced write); the cloud equivalent would be a hard stop "
+                             "of the node's instance with its local NVMe (instance store) kept, "
+                             "which EC2 does not offer (a stopped instance loses its instance "
+                             "store, a rebooted one keeps what the page cache had flushed): not "
+                             "driven, local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -557,7 +557,12 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
         ))
         for agent in agents:
             specs.append(agent_component(state, agent, ports, secrets))
-    return {spec.name: spec for spec in specs}
+    out = {spec.name: spec for spec in specs}
+    if storage_faults:  # one agent's checkpoint directory on a disk of its own
+        from infra.local import node_disk
+
+        node_disk.attach(out, state, ports)
+    return out
 
 
 # Short leases keep local game days short: a lost agent's work moves within ~2 leases.

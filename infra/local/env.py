@@ -36,7 +36,7 @@ from typing import Any
 import click
 import httpx
 
-from infra.local import orphans, procs, storage
+from infra.local import node_disk, orphans, procs, storage
 from infra.local.components import (
     PG_BIN,
     ComponentSpec,
@@ -427,7 +427,9 @@ class LocalEnvironment:
         self.agents = agents
         # the platform's own components join the shared ones
         ports = allocate_ports(port_names(self.topology) + hooks.port_names()
-                               + storage.port_names(self.storage_faults),
+                               + storage.port_names(self.storage_faults)
+                               + node_disk.port_names(self.storage_faults,
+                                                      tuple(a.name for a in agents)),
                                previous.get("ports"), owner=str(self.state_dir))
         for stale in (self.state_dir / "run").glob("*.json"):
             stale.unlink()

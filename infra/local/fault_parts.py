@@ -1,6 +1,6 @@
 """The fault layers of the local environment that own state of their own, built by its
 composition root (``LocalEnvironment.faults``) and handed to the fault driver: toxics on the
-fault proxy's routes, the S3 brownout, CPU starvation, memory pressure, the database disks. The driver asks
+fault proxy's routes, the S3 brownout, CPU starvation, memory pressure, the database disks, an agent host's power. The driver asks
 each to undo what it did (``restore_all`` / ``close_all``); none reaches into another."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from infra.local.cpu_starvation import CpuStarvation
 from infra.local.disk_faults import DiskFaults
 from infra.local.memory_pressure import MemoryPressure
+from infra.local.power_loss import PowerLoss
 from infra.local.route_toxics import RouteToxics
 from infra.local.store_brownout import StoreBrownout
 
@@ -28,4 +29,6 @@ def local_fault_parts(driver: FaultInjector) -> dict[str, Any]:
         "memory": MemoryPressure(ledger, env.component_pids, str(env.state_dir)),
         "disks": DiskFaults.for_components(env.components, ledger,
                                            lambda target: driver.resolve(target)[0]),
+        "power": PowerLoss.for_components(env.components, ledger, driver.power_off,
+                                          lambda agent: driver.start(agent)),
     }

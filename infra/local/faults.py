@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from infra.local.disk_faults import DiskFaults
     from infra.local.env import LocalEnvironment
     from infra.local.memory_pressure import MemoryPressure
+    from infra.local.power_loss import PowerLoss
     from infra.local.route_toxics import RouteToxics
     from infra.local.store_brownout import StoreBrownout
 
@@ -77,6 +78,7 @@ class FaultInjector:
         self.cpu: CpuStarvation | None = built.get("cpu")
         self.memory: MemoryPressure | None = built.get("memory")
         self.disks: DiskFaults | None = built.get("disks")
+        self.power: PowerLoss | None = built.get("power")
         self.parts = tuple(built.values())
 
     # -- bookkeeping (infra/local/fault_ledger.py) ------------------------------------------
@@ -130,6 +132,17 @@ class FaultInjector:
             if info is not None:  # postgres runs in its own session (Patroni setsid()s it)
                 procs.signal_group(info.pgid, sig)
         procs.signal_pids(pids, sig)
+        return pids
+
+    def power_off(self, component: str) -> list[int]:
+        """SIGKILL a component's whole process tree and return once every process is gone,
+        recording nothing: for fault parts that record a fault of their own (power_loss)."""
+        pids = self.env.component_pids(component)
+        self._signal_component(component, signal.SIGKILL, False)
+        left = procs.wait_gone(pids, 5.0)
+        if left:
+            raise EnvError(f"{component}: pids {left} survived SIGKILL")
+        procs.wait_reaped(pids, 3.0)
         return pids
 
     # -- process faults ---------------------------------------------------------------------

@@ -32,6 +32,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "db-slow-disk",
     "db-disk-full",
     "overload-metastability",
+    "checkpoint-power-loss",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -3,7 +3,9 @@ fault layer (`gameday env up --storage-faults`): the healthy platform passes net
 artifact-store-brownout, db-slow-disk and db-disk-full in one game day, measured (leases held
 through late, reset and silent connections; no retry storm against a throttling store; every
 request answered with a bounded p99 and no failover on a slow WAL disk; writes refused, nothing
-acknowledged lost and one failover on a full one). Each seeded defect of these classes is
+acknowledged lost and one failover on a full one; an agent host's power lost mid-checkpoint:
+nothing reported lost, no resume from bytes that were not durable, the loss named). Each
+seeded defect of these classes is
 caught by its named objective (gameday/selftest.py) in the `tier2` test, which `make test`
 leaves to `make test-tier2` (README, Development)."""
 
@@ -19,9 +21,11 @@ from tests.gameday.localrun import only_run
 
 pytestmark = pytest.mark.slow
 
-GRAY = ("network-gray", "artifact-store-brownout", "db-slow-disk", "db-disk-full")
+GRAY = ("network-gray", "artifact-store-brownout", "db-slow-disk", "db-disk-full",
+        "checkpoint-power-loss")
 DEFECTS = ("deadline-beyond-lease", "storage-retry-no-backoff", "verify-starves-lease",
-           "readyz-commit-deadline", "ack-unknown-outcome")
+           "readyz-commit-deadline", "ack-unknown-outcome", "checkpoint-no-fsync",
+           "local-checkpoint-unverified")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +37,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
         assert status["storage_faults"] is True and status["healthy"]
         assert {n for n, x in status["components"].items() if x["kind"] == "faultfs"} == {
             "disk-0", "disk-1"}
+        assert status["components"]["node-disk-cpu-2"]["kind"] == "node-disk"
         yield c
 
 
@@ -60,7 +65,11 @@ def test_the_healthy_platform_passes_the_gray_classes_measured(clone: FreshClone
                 "db-slow-disk.invariant.bounded-latency", "db-slow-disk.invariant.no-failover",
                 "db-slow-disk.rpo.acknowledged_submissions",
                 "db-disk-full.invariant.at-most-one-failover",
-                "db-disk-full.rpo.acknowledged_submissions"):
+                "db-disk-full.rpo.acknowledged_submissions",
+                "checkpoint-power-loss.invariant.reported-checkpoints-durable",
+                "checkpoint-power-loss.invariant.durable-resume",
+                "checkpoint-power-loss.invariant.power-loss-visible",
+                "checkpoint-power-loss.rpo.artifacts"):
         assert checks[cid]["status"] == "pass" and checks[cid]["measured"] == 0, checks[cid]
     assert checks["db-disk-full.rto"]["status"] == "pass", checks["db-disk-full.rto"]
     for name in GRAY:
@@ -88,6 +97,15 @@ def test_the_healthy_platform_passes_the_gray_classes_measured(clone: FreshClone
     assert full_start["mode"] == "full" and full_end["injected"]["errors"] > 0  # ENOSPC seen
     assert disk[5]["details"]["cluster"]["timeline"] == full_start["cluster"]["timeline"] + 1
     assert disk[5]["details"]["settled"] is True
+    # power: cpu-2's host lost power inside a checkpoint write; what it dropped is on the
+    # timeline (the last file of the checkpoint being written, not yet fsynced), and the job
+    # lost at most that checkpoint
+    assert checks["checkpoint-power-loss.rpo.checkpoint_progress"]["measured"] <= 1
+    power = _faults(run_dir, "power_loss")
+    assert [f["event"] for f in power] == ["fault_start", "fault_end"]
+    assert power[0]["details"]["checkpoint_step"] >= 70
+    assert power[1]["details"]["crash"]["dropped_bytes"] > 0
+    assert power[1]["details"]["dropped_checkpoint_files"]
     # no lease ran out in the gray network (claims whose answer was lost came back by id)
     gray = next(e for e in verdict["experiments"] if e["name"] == "network-gray")
     events = [json.loads(x) for x in (run_dir / "snapshot" / "events.jsonl").read_text()

@@ -99,12 +99,40 @@ def test_with_the_flag_each_member_has_its_disk_first_and_its_data_on_the_mount(
         assert "--control-port" in disk.argv and disk.health.body_contains
 
 
+def test_with_the_flag_cpu_2_keeps_its_checkpoints_on_a_node_disk_of_its_own(
+        tmp_path: Path) -> None:
+    """The node disk is a component of its own (infra/local/node_disk.py), started with the
+    infrastructure; only cpu-2 is pointed at it, and only with the flag."""
+    from infra.local import node_disk
+    from infra.local.topology import DEFAULT_AGENTS
+
+    def build(flag: bool) -> dict:
+        agents = tuple(a.name for a in DEFAULT_AGENTS)
+        names = (port_names(DEFAULT_AGENTS) + storage.port_names(flag)
+                 + node_disk.port_names(flag, agents))
+        ports = {n: 20000 + i for i, n in enumerate(names)}
+        return build_components(tmp_path, "t", ports, Secrets(), DEFAULT_AGENTS, True,
+                                storage_faults=flag)
+
+    assert not [s for s in build(False).values() if s.kind == node_disk.KIND]
+    assert node_disk.ENV not in build(False)["cpu-2"].env
+    specs = build(True)
+    disk = specs["node-disk-cpu-2"]
+    home = tmp_path / "agents" / "cpu-2"
+    assert (disk.kind, disk.group.value, disk.labels["agent"]) == ("node-disk", "infra", "cpu-2")
+    assert disk.labels["mount"] == str(home / "checkpoints")
+    assert disk.labels["source"] == str(home / "checkpoints.backing")
+    assert specs["cpu-2"].env[node_disk.ENV] == str(home / "checkpoints")
+    assert [n for n, s in specs.items() if node_disk.ENV in s.env] == ["cpu-2"]
+    assert node_disk.port_names(True, ("cpu-1",)) == []  # no cpu-2, no node disk
+
+
 def test_the_local_environment_answers_which_experiments_need_the_layer(tmp_path: Path) -> None:
     """The experiments declare what they need (gameday/suites.py reads it); the environment
     says whether it has it."""
     env = LocalEnvironment("t", tmp_path)
     why = "needs the storage fault layer: gameday env up --storage-faults"
-    for name in ("db-slow-disk", "db-disk-full"):
+    for name in ("db-slow-disk", "db-disk-full", "checkpoint-power-loss"):
         assert experiment_requires(name) == ("storage-faults",)
         assert env.applicability(name, experiment_requires(name)) == why
     assert experiment_requires("db-primary-loss") == ()
