@@ -1,5 +1,5 @@
 """The durability stream end to end, from a fresh clone (`make test-tier2`: a `core` game day
-with 100 extra submissions a second takes about 15 minutes and most of a 2-core machine): the
+with 100 extra submissions a second takes about 12 minutes and most of a 2-core machine): the
 audit of a core game day, whose api and db faults hit the stream's submissions like the
 background load's, counts at least 29,956 acknowledged submissions with none lost, so its 95 %
 lower bound demonstrates 99.99 % (slo/confidence.py); the stream's own records say what it
