@@ -23,8 +23,7 @@ import json
 from typing import Any
 
 from chaos.context import ChaosError, Context
-from loadtests.overload import OpenLoop, offered_rate, probe_capacity
-from platforms import PlatformError
+from loadtests.overload import OpenLoop, cancel_held, first_project, offered_rate, probe_capacity
 
 __all__ = ["start_overload", "stop_overload"]
 
@@ -41,12 +40,11 @@ _RUNNING: dict[str, OpenLoop] = {}
 
 def _target(ctx: Context) -> tuple[str, str, str]:
     """(API URL, a project's user token, that project) of the environment."""
-    tokens = ctx.env.tokens
-    projects = tokens.get("projects") or tokens.get("project_tokens") or {}
-    if not projects:
+    first = first_project(ctx.env.tokens)
+    if first is None:
         raise ChaosError("the environment has no project token (env.json: tokens.projects)")
-    project, token = min(projects.items())
-    return str(ctx.env.endpoints["api"]), str(token), str(project)
+    project, token = first
+    return str(ctx.env.endpoints["api"]), token, project
 
 
 def _state(ctx: Context, update: dict[str, Any]) -> dict[str, Any]:
@@ -102,12 +100,7 @@ def stop_overload(configuration: Configuration = None, secrets: Secrets = None) 
     counts = loop.stop()
     # its submissions went to the held queue: canceled now, so that no later experiment
     # carries tens of thousands of waiting operations (they stay in the store for the audit)
-    cancel = getattr(ctx.platform, "cancel_held", None)
-    if cancel is not None:
-        try:
-            counts["held_canceled"] = cancel()
-        except PlatformError as exc:
-            counts["held_cancel_error"] = str(exc)
+    counts.update(cancel_held(ctx.platform))
     ctx.env.note("overload stopped", {"experiment": ctx.experiment, **counts})
     _state(ctx, {"counts": counts})
     if "error" in counts:

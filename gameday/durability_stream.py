@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.store.queues import HELD_QUEUE
-from loadtests.overload import OpenLoop
+from loadtests.overload import OpenLoop, cancel_held, first_project
 from loadtests.scenario import SubmitRetry
 
 SOURCE = "durability-stream"
@@ -55,12 +55,12 @@ def start(url: str, tokens: dict[str, Any], run_dir: Path, rate: float) -> OpenL
     """Start the stream against ``url`` (refused unless on loopback: loadtests/safety.py) as
     the environment's first project; its acks go where the background load's ledger parts go
     (merged into the ledger when the load stops), its request records to REQUESTS_FILE."""
-    projects = tokens.get("projects") or tokens.get("project_tokens") or {}
-    if not projects:
+    first = first_project(tokens)
+    if first is None:
         raise StreamError("the durability stream needs a project token (env.json: "
                           "tokens.projects)")
-    project, token = min(projects.items())
-    loop = OpenLoop(url=url, token=str(token), rate=check_rate(rate), project=str(project),
+    project, token = first
+    loop = OpenLoop(url=url, token=token, rate=check_rate(rate), project=project,
                     requests_path=run_dir / REQUESTS_FILE,
                     ledger_path=run_dir / ".locust" / "parts" / "ledger.durability-stream.jsonl",
                     source=SOURCE, body=dict(BODY), retry=RETRY)
@@ -71,11 +71,4 @@ def start(url: str, tokens: dict[str, Any], run_dir: Path, rate: float) -> OpenL
 def stop(loop: OpenLoop, adapter: Any) -> dict[str, Any]:
     """Stop the stream (submissions in flight get their answer, no new retries) and cancel
     the held queue's work. The counts, with ``held_canceled`` or ``held_cancel_error``."""
-    counts = loop.stop()
-    cancel = getattr(adapter, "cancel_held", None)
-    if cancel is not None:
-        try:
-            counts["held_canceled"] = cancel()
-        except Exception as exc:  # noqa: BLE001 - the run's evidence still comes first
-            counts["held_cancel_error"] = str(exc)
-    return counts
+    return {**loop.stop(), **cancel_held(adapter)}

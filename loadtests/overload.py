@@ -54,6 +54,29 @@ RETRY = SubmitRetry(max_attempts=4, base_s=0.1, max_backoff_s=1.0, deadline=15.0
                     budget_ratio=0.5, budget_min_per_s=5.0)
 
 
+def first_project(tokens: dict[str, Any]) -> tuple[str, str] | None:
+    """(project, user token) of an environment's first project (env.json ``tokens``), the one
+    the harness's own submissions use; None when it has none."""
+    projects = tokens.get("projects") or tokens.get("project_tokens") or {}
+    if not projects:
+        return None
+    project, token = min(projects.items())
+    return str(project), str(token)
+
+
+def cancel_held(adapter: Any) -> dict[str, Any]:
+    """Cancel the held queue's work through the platform's adapter (``cancel_held``), once the
+    harness's submissions to it are done: ``{"held_canceled": n}``, or ``held_cancel_error``
+    (recorded, not raised: the run's evidence comes first); nothing for an adapter without."""
+    cancel = getattr(adapter, "cancel_held", None)
+    if cancel is None:
+        return {}
+    try:
+        return {"held_canceled": cancel()}
+    except Exception as exc:  # noqa: BLE001 - see above
+        return {"held_cancel_error": str(exc)}
+
+
 def offered_rate(capacity_per_s: float, share: float, floor: float = 1.0) -> float:
     """The open loop's rate: ``share`` of the measured capacity, at least ``floor``."""
     if capacity_per_s <= 0 or not 0 < share <= 1:

@@ -135,3 +135,21 @@ def test_the_probe_counts_acknowledged_submissions_in_closed_loop(server: Server
     acked, seconds = asyncio.run(probe_capacity(f"http://127.0.0.1:{server.port}", "t",
                                                 seconds=0.5, concurrency=4))
     assert acked > 0 and 0.5 <= seconds < 3.0
+
+
+def test_the_first_project_and_the_held_queue_cancel_shared_by_the_harness_loads() -> None:
+    from loadtests.overload import cancel_held, first_project
+
+    class Cancels:
+        def cancel_held(self) -> int:
+            return 3
+
+    class Refused:
+        def cancel_held(self) -> int:
+            raise RuntimeError("HTTP 409 queue 'held' is not held")
+
+    assert first_project({"projects": {"team-b": "b", "team-a": "a"}}) == ("team-a", "a")
+    assert first_project({}) is None
+    assert cancel_held(Cancels()) == {"held_canceled": 3}
+    assert cancel_held(Refused()) == {"held_cancel_error": "HTTP 409 queue 'held' is not held"}
+    assert cancel_held(object()) == {}  # a platform without held queues: nothing to cancel
