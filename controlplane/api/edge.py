@@ -1,0 +1,255 @@
+"""What every request's input must be before a route sees it, checked once for every route.
+
+PostgreSQL text cannot hold a NUL character, UTF-8 cannot encode an unpaired UTF-16 surrogate,
+and JSON has no non-finite numbers (Python's parser accepts ``NaN`` and turns ``1e999`` into
+``inf``; stored, it came back as ``null``). Any of them anywhere in a declared parameter or the
+JSON body is a 422 naming the field, before validation, storage or an error answer could trip
+on it. Every router uses `EdgeRoute` (tests/controlplane/test_api_edge.py checks they all do).
+
+Validation answers (422) quote at most a short prefix of a bad value: a 10 MB field is not
+echoed back in a 20 MB answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+__all__ = ["MAX_QUOTED_CHARS", "BodyLimitMiddleware", "EdgeRoute", "api_routes",
+           "input_problems", "install", "quote", "validation_answer"]
+
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+# longest excerpt of a submitted value an error answer repeats
+MAX_QUOTED_CHARS = 64
+MAX_MESSAGE_CHARS = 500
+
+
+def _string_problem(s: str) -> str | None:
+    bad = _BAD_CHAR.search(s)
+    if bad is None:
+        return None
+    if bad.group() == "\x00":
+        return "contains a NUL character (U+0000), which cannot be stored"
+    return (f"contains an unpaired UTF-16 surrogate (U+{ord(bad.group()):04X}), which is not "
+            "valid Unicode text")
+
+
+def _walk(doc: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(location, problem) of every bad string, key or number in a parsed JSON document.
+    Iterative: a deeply nested body must not exhaust the stack."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [(loc, doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            problem = _string_problem(value)
+            if problem:
+                yield where, problem
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                yield where, f"is not a finite number ({value}): JSON numbers must be finite"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                problem = _string_problem(key)
+                if problem:
+                    yield (*where, key), f"key {problem}"
+                stack.append(((*where, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*where, i), item) for i, item in enumerate(value))
+
+
+def input_problems(doc: Any, loc: tuple[str | int, ...] = ("body",)) -> list[dict[str, Any]]:
+    """Validation errors (FastAPI's shape) for the first bad value of ``doc``, or []."""
+    for where, problem in _walk(doc, loc):
+        return [{"type": "value_error", "loc": list(where), "msg": f"Value error, {problem}"}]
+    return []
+
+
+class EdgeRoute(APIRoute):
+    """An APIRoute that refuses NUL, unpaired surrogates and non-finite numbers in its declared
+    path, query and header parameters and in its JSON body, before FastAPI validates them."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        query = tuple(_declared(self.dependant, "query_params"))
+        headers = tuple(a.replace("_", "-").lower()
+                        for a in _declared(self.dependant, "header_params"))
+        has_body = self.body_field is not None
+
+        async def edge(request: Request) -> Response:
+            errors = _param_problems(request, query, headers)
+            if not errors and has_body and _is_json(request):
+                try:
+                    # cached on the request: FastAPI's own parse below reuses it
+                    doc = await request.json()
+                except (ValueError, RecursionError):
+                    doc = None  # not JSON: FastAPI answers that itself, as before
+                errors = input_problems(doc)
+            if errors:
+                raise RequestValidationError(errors)
+            return await handler(request)
+
+        return edge
+
+
+def api_routes(container: Any) -> Iterator[APIRoute]:
+    """Every APIRoute served, also those behind include_router's wrapper."""
+    for r in getattr(container, "routes", []):
+        if isinstance(r, APIRoute):
+            yield r
+        elif hasattr(r, "original_router"):
+            yield from api_routes(r.original_router)
+
+
+def _declared(dep: Dependant, kind: str) -> set[str]:
+    """Names of the route's parameters of one kind, its dependencies' included."""
+    names = {f.alias for f in getattr(dep, kind)}
+    for sub in dep.dependencies:
+        names |= _declared(sub, kind)
+    return names
+
+
+def _is_json(request: Request) -> bool:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return ctype == "application/json" or ctype.endswith("+json")
+
+
+def _param_problems(request: Request, query: tuple[str, ...],
+                    headers: tuple[str, ...]) -> list[dict[str, Any]]:
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and (errors := input_problems(value, ("path", name))):
+            return errors
+    for name in query:
+        for value in request.query_params.getlist(name):
+            if errors := input_problems(value, ("query", name)):
+                return errors
+    for name in headers:
+        value = request.headers.get(name)
+        if value is not None and (errors := input_problems(value, ("header", name))):
+            return errors
+    return []
+
+
+def quote(value: Any) -> Any:
+    """A short, always-encodable excerpt of a submitted value for an error answer."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str,
+                                                           ensure_ascii=False)[:1024]
+    # unpaired surrogates would make the answer itself unencodable
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "..."
+
+
+def _short(text: str, limit: int) -> str:
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def validation_answer(errors: list[dict[str, Any]]) -> JSONResponse:
+    """422 with FastAPI's declared body (HTTPValidationError), bounded in size."""
+    detail = []
+    for e in errors:
+        item: dict[str, Any] = {
+            "type": str(e.get("type", "value_error")),
+            "loc": [x if isinstance(x, int) else _short(str(x), MAX_QUOTED_CHARS)
+                    for x in e.get("loc", ())],
+            "msg": _short(str(e.get("msg", "")), MAX_MESSAGE_CHARS),
+        }
+        if "input" in e:
+            item["input"] = quote(e["input"])
+        if e.get("ctx"):
+            item["ctx"] = {str(k): quote(v) for k, v in e["ctx"].items()}
+        detail.append(item)
+    return JSONResponse({"detail": detail}, 422)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_answer(list(exc.errors()))
+
+
+class BodyLimitMiddleware:
+    """413 for a request body above ``max_bytes``, before anything reads it: by Content-Length
+    at once, and for a chunked body (no length) as soon as the bytes received pass the limit.
+    Plain ASGI, answering itself: FastAPI's own ``max_body_size`` raises through the other
+    middleware, so the request metrics would count a refused body as a 500."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, not {max_bytes}")
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = _content_length(scope)
+        if length is not None:
+            if length > self.max_bytes:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)  # the server stops at Content-Length
+            return
+        # no length (chunked, or no body at all): read it here, up to the limit, then replay
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _replay([], message, receive), send)
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        await self.app(scope, _replay(chunks, None, receive), send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps({"detail": f"request body larger than {self.max_bytes} bytes, the "
+                                     "API's limit"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: dict[str, Any]) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server refuses a malformed length before we get here
+    return None
+
+
+def _replay(chunks: list[bytes], last: dict[str, Any] | None, server_receive: Any) -> Any:
+    """A receive() that hands the buffered body over in one message, then the server's own
+    (which waits for the disconnect)."""
+    pending: list[dict[str, Any]] = [{"type": "http.request", "body": b"".join(chunks),
+                                      "more_body": False}] if last is None else [last]
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        return await server_receive()  # type: ignore[no-any-return]
+
+    return receive
