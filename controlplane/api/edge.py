@@ -4,7 +4,7 @@ PostgreSQL text cannot hold a NUL character, UTF-8 cannot encode an unpaired UTF
 and JSON has no non-finite numbers (Python's parser accepts ``NaN`` and turns ``1e999`` into
 ``inf``; stored, it came back as ``null``). Any of them anywhere in a declared parameter or the
 JSON body is a 422 naming the field, before validation, storage or an error answer could trip
-on it. Every router uses `EdgeRoute` (tests/controlplane/test_api_edge.py checks they all do).
+on it. Every router uses `EdgeRoute` (tests/controlplane/test_api_schema.py checks they all do).
 
 Validation answers (422) quote at most a short prefix of a bad value: a 10 MB field is not
 echoed back in a 20 MB answer.
