@@ -28,6 +28,9 @@ __all__ = ["MAX_QUOTED_CHARS", "BodyLimitMiddleware", "EdgeRoute", "api_routes",
            "input_problems", "install", "quote", "validation_answer"]
 
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+# A JSON text can hold a NUL or a surrogate only as an escape (valid JSON has no raw control
+# character in a string, valid UTF-8 no surrogate): a body without one has no string to walk.
+_ESCAPE = b"\\u"
 # longest excerpt of a submitted value an error answer repeats
 MAX_QUOTED_CHARS = 64
 MAX_MESSAGE_CHARS = 500
@@ -73,6 +76,30 @@ def input_problems(doc: Any, loc: tuple[str | int, ...] = ("body",)) -> list[dic
     return []
 
 
+class EdgeRequest(Request):
+    """Parses the JSON body once, as Starlette does, noting whether it met a non-finite number
+    (``NaN``, ``Infinity``, or a literal too large for a float): the walk runs only then, or
+    when the body has an escape, so an ordinary submission pays no walk."""
+
+    nonfinite = False
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            def parse_float(text: str) -> float:
+                value = float(text)
+                if not math.isfinite(value):
+                    self.nonfinite = True
+                return value
+
+            def parse_constant(text: str) -> float:
+                self.nonfinite = True
+                return float(text)
+
+            self._json = json.loads(await self.body(), parse_float=parse_float,
+                                    parse_constant=parse_constant)
+        return self._json
+
+
 class EdgeRoute(APIRoute):
     """An APIRoute that refuses NUL, unpaired surrogates and non-finite numbers in its declared
     path, query and header parameters and in its JSON body, before FastAPI validates them."""
@@ -85,6 +112,7 @@ class EdgeRoute(APIRoute):
         has_body = self.body_field is not None
 
         async def edge(request: Request) -> Response:
+            request = EdgeRequest(request.scope, request.receive)
             errors = _param_problems(request, query, headers)
             if not errors and has_body and _is_json(request):
                 try:
@@ -92,7 +120,8 @@ class EdgeRoute(APIRoute):
                     doc = await request.json()
                 except (ValueError, RecursionError):
                     doc = None  # not JSON: FastAPI answers that itself, as before
-                errors = input_problems(doc)
+                if request.nonfinite or _ESCAPE in await request.body():
+                    errors = input_problems(doc)
             if errors:
                 raise RequestValidationError(errors)
             return await handler(request)
