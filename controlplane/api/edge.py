@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 __all__ = ["MAX_QUOTED_CHARS", "BodyLimitMiddleware", "EdgeRoute", "api_routes",
-           "input_problems", "install", "quote", "validation_answer"]
+           "bounded", "input_problems", "install", "quote", "validation_answer"]
 
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 # A JSON text can hold a NUL or a surrogate only as an escape (valid JSON has no raw control
@@ -180,7 +180,9 @@ def quote(value: Any) -> Any:
     return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "..."
 
 
-def _short(text: str, limit: int) -> str:
+def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """An error message as an answer may carry it: encodable, and at most ``limit`` characters
+    (a message may quote a path parameter as long as the request line)."""
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -191,9 +193,9 @@ def validation_answer(errors: list[dict[str, Any]]) -> JSONResponse:
     for e in errors:
         item: dict[str, Any] = {
             "type": str(e.get("type", "value_error")),
-            "loc": [x if isinstance(x, int) else _short(str(x), MAX_QUOTED_CHARS)
+            "loc": [x if isinstance(x, int) else bounded(str(x), MAX_QUOTED_CHARS)
                     for x in e.get("loc", ())],
-            "msg": _short(str(e.get("msg", "")), MAX_MESSAGE_CHARS),
+            "msg": bounded(str(e.get("msg", "")), MAX_MESSAGE_CHARS),
         }
         if "input" in e:
             item["input"] = quote(e["input"])

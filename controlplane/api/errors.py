@@ -44,11 +44,11 @@ REPLAYED: dict[int | str, dict[str, Any]] = {
 def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def _nf(request: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, 404)
+        return JSONResponse({"detail": edge.bounded(str(exc))}, 404)
 
     @app.exception_handler(Conflict)
     async def _cf(request: Request, exc: Conflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, 409)
+        return JSONResponse({"detail": edge.bounded(str(exc))}, 409)
 
     @app.exception_handler(InvalidReference)
     async def _ir(request: Request, exc: InvalidReference) -> JSONResponse:
@@ -68,6 +68,8 @@ def install(app: FastAPI) -> None:
                               for m in (r.methods or ())})
             return JSONResponse({"detail": exc.detail}, 405,
                                 headers={"Allow": ", ".join(allowed)})
+        if isinstance(exc.detail, str):  # e.g. "agent <the path's id> not found"
+            exc.detail = edge.bounded(exc.detail)
         return await http_exception_handler(request, exc)
 
     # the one answer to a database that is unreachable or failed mid-request, whichever route

@@ -167,6 +167,14 @@ def test_a_422_quotes_a_short_prefix_never_the_whole_input(user: Api) -> None:
     assert r.status_code == 422 and len(r.content) < 2_000, len(r.content)
 
 
+def test_a_404_quotes_a_bounded_id(user: Api, agent: Api) -> None:
+    long_id = "a" * 8_000
+    for api, path in ((user, f"/v1/operations/{long_id}"),
+                      (agent, f"/v1/agents/{long_id}/heartbeat")):
+        r = api.c.request("GET" if api is user else "POST", path)
+        assert r.status_code == 404 and len(r.content) < 1_000, (path[:30], len(r.content))
+
+
 def test_booleans_are_not_numbers_and_numbers_are_not_booleans(user: Api, agent: Api) -> None:
     body = {"name": "strict-agent", "pool": "cpu", "zone": "zone-a", "region": "region-1",
             "capabilities": {"cpu_slots": 4, "accelerator_count": False}}
