@@ -32,7 +32,6 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from chaos.context import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from gameday import collect, durability_stream
-from gameday.paths import unwritable
 from gameday.suites import (
     SuiteError,
     experiment_names,
@@ -43,6 +42,7 @@ from gameday.suites import (
 from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError
+from infra.paths import unwritable
 from infra.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,

@@ -18,6 +18,7 @@ from rich.table import Table
 from infra.local.errors import ComponentUnhealthy, EnvError
 from infra.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
 from infra.local.redact import redact, redact_url
+from infra.paths import unwritable
 from platforms import PLATFORMS
 
 console = Console(stderr=True)
@@ -114,8 +115,11 @@ def env_group() -> None:
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
            show_secrets: bool, platform: str, storage_faults: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
-    from infra.local.env import LocalEnvironment
+    from infra.local.env import LocalEnvironment, state_dir_for
 
+    problem = unwritable(state_dir_for(name, home), "the state directory")
+    if problem:
+        raise click.ClickException(problem)
     env = LocalEnvironment(name, home, storage_faults=storage_faults)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:

@@ -1,6 +1,6 @@
-"""Can this process write where a game day will write? Asked before anything starts, so a bad
-``--runs-dir`` or ``$GAMEDAY_HOME`` is one line and the refusal exit code, not a traceback after
-the environment came up and the game-day lock was taken."""
+"""Can this process write where it is about to write? Asked before anything starts (`gameday
+run`'s ``--runs-dir`` and home, `gameday env up`'s state directory), so a bad path is one line,
+not a traceback after the environment came up and the game-day lock was taken."""
 
 from __future__ import annotations
 
