@@ -23,9 +23,9 @@ from controlplane.api import (
     pipelines,
 )
 from controlplane.api.admission import AdmissionMiddleware
+from controlplane.api.body_limit import BodyLimitMiddleware
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
-from controlplane.api.edge import BodyLimitMiddleware
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.middleware import MetricsMiddleware
 from controlplane.api.write_behind import WriteBehind

@@ -40,7 +40,7 @@ class Settings:
     max_queue_wait_ms: float = 100.0
     agent_max_in_flight: int = 1024
     retry_after_seconds: int = 1
-    # request bodies above this are refused with 413 (api/edge.py)
+    # request bodies above this are refused with 413 (api/body_limit.py)
     max_body_bytes: int = MAX_BODY_BYTES
     # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
     # (write-behind every few seconds). It exists so the harness can prove it sees lost

@@ -6,7 +6,7 @@ route's decorator; this adds what follows from a route's shape:
 - 401 / 403: the route needs a token / a role not every token has;
 - 404, 405: a path parameter names nothing, or (with an encoded ``/``) lands on a path that
   another method serves; 308: an operation id a database restore redirected (api/admin.py);
-- 413: a body above the API's limit (api/edge.py), on every route;
+- 413: a body above the API's limit (api/body_limit.py), on every route;
 - 422: declared by FastAPI wherever there is a parameter or a body (api/edge.py keeps every
   422 in that shape);
 - 503: overload (api/admission.py) or the database unavailable (api/errors.py), everywhere
