@@ -16,10 +16,11 @@ from chaos.validate import validate_experiment
 EXPERIMENT = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "network-gray.yaml"
 
 
-def _with_toxics(tmp_path: Path, toxics: object) -> Path:
+def _with_arguments(tmp_path: Path, **arguments: object) -> Path:
+    """The shipped experiment with these arguments of its first add_toxics."""
     doc = yaml.safe_load(EXPERIMENT.read_text())
     step = next(a for a in doc["method"] if a["provider"]["func"] == "add_toxics")
-    step["provider"]["arguments"]["toxics"] = toxics
+    step["provider"]["arguments"].update(arguments)
     path = tmp_path / "network-gray.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -46,7 +47,7 @@ def test_the_shipped_experiment_is_valid() -> None:
 ])
 def test_a_bad_toxic_is_refused_naming_its_field(tmp_path: Path, toxics: object,
                                                  expected: str) -> None:
-    problems = validate_experiment(_with_toxics(tmp_path, toxics))
+    problems = validate_experiment(_with_arguments(tmp_path, toxics=toxics))
     assert len(problems) == 1 and expected in problems[0], problems
     assert problems[0].startswith(f"{tmp_path / 'network-gray.yaml'}: method[2].provider.")
 
@@ -63,12 +64,7 @@ def test_a_driver_without_gray_faults_refuses_with_the_reason(
 
 @pytest.mark.parametrize("hold", [0, -1, "2", True, 301])
 def test_a_bad_hold_is_refused_naming_the_argument(tmp_path: Path, hold: object) -> None:
-    doc = yaml.safe_load(EXPERIMENT.read_text())
-    step = next(a for a in doc["method"] if a["provider"]["func"] == "add_toxics")
-    step["provider"]["arguments"]["hold_seconds"] = hold
-    path = tmp_path / "network-gray.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    problems = validate_experiment(path)
+    problems = validate_experiment(_with_arguments(tmp_path, hold_seconds=hold))
     assert len(problems) == 1 and "arguments.hold_seconds: a number of seconds" in problems[0]
 
 
