@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import secrets as random
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
