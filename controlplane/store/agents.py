@@ -87,16 +87,20 @@ async def heartbeat(conn: AsyncConnection, agent_id: str,
                     silence_seconds: float | None = None) -> None:
     """``silence_seconds``: the liveness timeout; a heartbeat after a longer silence is
     recorded (_note_heard_again). The row is read and updated in one statement (the read
-    locks it), so two heartbeats at once never both see the old silence."""
+    locks it), so two heartbeats at once never both see the old silence; the usual heartbeat
+    costs no second statement (every claim heartbeats)."""
     cur = await conn.execute(
         "WITH before AS (SELECT id, name, last_heartbeat_at FROM agents"
         "                WHERE id = %s::uuid FOR UPDATE)"
         " UPDATE agents a SET last_heartbeat_at = now() FROM before b WHERE a.id = b.id"
-        " RETURNING b.name, b.last_heartbeat_at", (agent_id,))
+        " RETURNING b.name, b.last_heartbeat_at,"
+        "           now() - b.last_heartbeat_at > make_interval(secs => %s::float8)",
+        (agent_id, silence_seconds))
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"agent {agent_id} is not registered; register again")
-    await _note_heard_again(conn, row[0], row[1], silence_seconds)
+    if row[2]:  # NULL (no timeout given) or false: nothing to record
+        await _note_heard_again(conn, row[0], row[1], silence_seconds)
 
 
 def _lease_base(agent_time: float | None) -> str:
