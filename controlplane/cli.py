@@ -14,6 +14,7 @@ import click
 import yaml
 
 from controlplane.db import DSN_ENV, connect_once, resolve_dsn
+from controlplane.models import MAX_BODY_BYTES
 
 dsn_option = click.option("--dsn", envvar=DSN_ENV, help=f"PostgreSQL DSN (or ${DSN_ENV}).")
 
@@ -167,6 +168,9 @@ def seed(dsn: str | None, path: Path) -> None:
 @click.option("--retry-after-seconds", default=1, show_default=True,
               type=click.IntRange(1, 3600),
               help="The Retry-After (whole seconds) of a request refused for overload.")
+@click.option("--max-body-bytes", default=MAX_BODY_BYTES, show_default=True,
+              type=click.IntRange(1, 1 << 30),
+              help="Largest request body read; a larger one is answered 413 unread.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--unsafe-ack-before-commit", is_flag=True, hidden=True,
               envvar="CONTROLPLANE_UNSAFE_ACK_BEFORE_COMMIT",
@@ -174,7 +178,8 @@ def seed(dsn: str | None, path: Path) -> None:
 def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base: float,
         pool_max: int, workers: int, token_cache_seconds: float, submit_gather_ms: float,
         max_in_flight: int, max_queue_wait_ms: float, agent_max_in_flight: int,
-        retry_after_seconds: int, log_level: str, unsafe_ack_before_commit: bool) -> None:
+        retry_after_seconds: int, max_body_bytes: int, log_level: str,
+        unsafe_ack_before_commit: bool) -> None:
     """Run one API replica (uvicorn)."""
     import dataclasses
     import os
@@ -193,6 +198,7 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
                         max_queue_wait_ms=max_queue_wait_ms,
                         agent_max_in_flight=agent_max_in_flight,
                         retry_after_seconds=retry_after_seconds,
+                        max_body_bytes=max_body_bytes,
                         unsafe_ack_before_commit=unsafe_ack_before_commit)
     # worker processes rebuild the app from the environment (uvicorn imports a factory)
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))

@@ -5,13 +5,25 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from controlplane import workload_classes
+from controlplane import registry, workload_classes
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})?$")
 MAX_PARAMS_BYTES = 16_384
+# The largest request body the API reads (413 above it; the local environment's HAProxy
+# refuses it too). The per-field caps below already bound a valid request: the largest, a
+# pipeline of 64 steps each with 16 KiB of params, is about 1.1 MiB, so 2 MiB refuses nothing
+# valid and keeps a 10 MB field from being parsed at all.
+MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_LABELS = 32
 
 
@@ -19,13 +31,32 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        # ValueError, not TypeError: pydantic reports only the former as a field's error
+        raise ValueError("a boolean is not a number")  # noqa: TRY004
+    return value
+
+
+# The schema says integer (or number) and the API means it: pydantic's lax mode would read
+# `false` as 0, strict mode would refuse 3.0, which JSON Schema counts as an integer.
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+# and boolean means true or false, not 0, 1 or "yes"
+Bool = Annotated[bool, Field(strict=True)]
+
+
+# the schema enumerates them: a client (or fuzzer) learns the valid classes from it
+WorkloadClassName = Literal[tuple(sorted(workload_classes.CLASSES))]  # type: ignore[valid-type]
+
+
 class Accelerator(Strict):
     type: Name
-    count: int = Field(ge=1, le=16)
+    count: Int = Field(ge=1, le=16)
 
 
 class Resources(Strict):
-    cpu: int = Field(default=1, ge=1, le=64)
+    cpu: Int = Field(default=1, ge=1, le=64)
     accelerator: Accelerator | None = None
 
 
@@ -33,7 +64,7 @@ class Placement(Strict):
     regions: list[Name] | None = Field(default=None, min_length=1, max_length=16)
     dataset: Name | None = None
     # spot/preemptible nodes: allowed only for a checkpointable workload class
-    interruptible: bool = False
+    interruptible: Bool = False
 
 
 class Workload(Strict):
@@ -46,6 +77,10 @@ class Workload(Strict):
     def _image(cls, v: str) -> str:
         if not _IMAGE_RE.match(v):
             raise ValueError("not a valid image reference (registry/name:tag or name@sha256:...)")
+        # the agent's own check (controlplane/registry.py): refused here, not at start
+        problem = registry.path_problem(v)
+        if problem:
+            raise ValueError(f"not a valid image reference: {problem}")
         return v
 
     @field_validator("params")
@@ -61,14 +96,14 @@ class Workload(Strict):
 class OperationSpec(Strict):
     name: Name
     queue: Name = "default"
-    priority: int = Field(default=0, ge=-100, le=100)
+    priority: Int = Field(default=0, ge=-100, le=100)
     workload: Workload
     resources: Resources = Field(default_factory=Resources)
     placement: Placement = Field(default_factory=Placement)
-    max_retries: int = Field(default=3, ge=0, le=20)
-    timeout_seconds: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+    max_retries: Int = Field(default=3, ge=0, le=20)
+    timeout_seconds: Int = Field(default=3600, ge=1, le=7 * 24 * 3600)
     labels: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
-    workload_class: Name | None = None  # controlplane/workload_classes.py
+    workload_class: WorkloadClassName | None = None  # controlplane/workload_classes.py
 
     @field_validator("labels")
     @classmethod
@@ -130,9 +165,9 @@ class SideEffectRequest(Strict):
 
 
 class Capabilities(Strict):
-    cpu_slots: int = Field(ge=0, le=1024)
+    cpu_slots: Int = Field(ge=0, le=1024)
     accelerator_type: Name | None = None
-    accelerator_count: int = Field(default=0, ge=0, le=64)
+    accelerator_count: Int = Field(default=0, ge=0, le=64)
     datasets: list[Name] = Field(default_factory=list, max_length=256)
     registries: list[str] = Field(default_factory=list, max_length=64)
 
@@ -146,10 +181,10 @@ class AgentRegistration(Strict):
 
 
 class ClaimRequest(Strict):
-    max: int = Field(default=1, ge=1, le=64)
+    max: Int = Field(default=1, ge=1, le=64)
     # the agent's wall clock (epoch seconds) when it sent the request: recorded as the agent's
     # offset from the database's clock, never used for the lease (controlplane/clock.py)
-    agent_time: float | None = None
+    agent_time: Float | None = None
     # the agent's id of this claim, sent again unchanged when it asks again after a transport
     # error: what that claim granted comes back instead of its lease running out unused
     claim_id: str | None = Field(default=None, min_length=1, max_length=64,
@@ -157,12 +192,12 @@ class ClaimRequest(Strict):
 
 
 class FencedRequest(Strict):
-    fencing_token: int = Field(ge=1)
+    fencing_token: Int = Field(ge=1)
 
 
 class AttemptHeartbeat(FencedRequest):
     progress: dict[str, Any] | None = None
-    agent_time: float | None = None  # as in ClaimRequest: reported, never trusted
+    agent_time: Float | None = None  # as in ClaimRequest: reported, never trusted
 
 
 class AgentEvent(Strict):

@@ -28,6 +28,11 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 # accepted (docs/DESIGN.md section 8.8), so every type we can run is listed.
 MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_MANIFEST_LIST}"
 
+# a repository path segment of the distribution spec: lowercase alphanumerics joined by single
+# separators, so never "", "." or ".."
+_PATH_SEGMENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_HOST = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*"
+                   r"[a-zA-Z0-9])?)*(?::\d+)?")
 _REF = re.compile(
     r"^(?P<host>[a-zA-Z0-9.-]+(?::\d+)?)/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
@@ -66,6 +71,9 @@ class ImageRef:
     @classmethod
     def parse(cls, reference: str) -> ImageRef:
         """Parse ``host[:port]/name[:tag][@sha256:...]``; the registry host is required."""
+        problem = path_problem(reference)
+        if problem:
+            raise InvalidImageReference(f"image {reference!r}: {problem}")
         match = _REF.match(reference)
         if not match or ("." not in match["host"] and ":" not in match["host"]
                          and match["host"] != "localhost"):
@@ -81,6 +89,26 @@ class ImageRef:
     def __str__(self) -> str:
         suffix = f":{self.tag}" if self.tag else ""
         return f"{self.registry}/{self.repository}{suffix}" + (f"@{self.digest}" if self.digest else "")
+
+
+def path_problem(reference: str) -> str | None:
+    """Why the repository path of ``[host[:port]/]name[:tag][@digest]`` is not one (an empty,
+    ``.`` or ``..`` segment: a path that would climb out of its repository), or None. The
+    API refuses such a submission with this, the agent refuses to start it."""
+    name = reference.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    name = f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+    segments = name.split("/")
+    if len(segments) > 1 and ("." in segments[0] or ":" in segments[0]
+                              or segments[0] == "localhost"):
+        if not _HOST.fullmatch(segments[0]):
+            return f"registry host {segments[0]!r} is not a host name[:port]"
+        segments = segments[1:]
+    for segment in segments:
+        if not _PATH_SEGMENT.fullmatch(segment):
+            return (f"path segment {segment!r} is not lowercase letters and digits joined by "
+                    "'.', '_' or '-' (no empty, '.' or '..' segments)")
+    return None
 
 
 def _base_url(registry: str, insecure: bool | None) -> str:

@@ -42,6 +42,7 @@ from gameday.suites import (
 from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError
+from infra.paths import unwritable
 from infra.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,
@@ -155,6 +156,12 @@ def resolve_home(home: Path | None) -> Path:
 def preflight(opts: Options) -> list[str]:
     """Everything that must hold before anything is touched. Raises ScheduleError/SuiteError."""
     names = experiment_names(opts.suite, opts.experiments)
+    # where the run writes: checked before the lock and the environment, never after
+    for path, what in ((opts.runs_dir, "--runs-dir"),
+                       (resolve_home(opts.home), "the home ($GAMEDAY_HOME or --home)")):
+        problem = unwritable(path, what)
+        if problem:
+            raise SuiteError(problem)
     if opts.env not in LOCAL_ENVS + CLOUD_ENVS:
         raise SuiteError(f"unknown env {opts.env!r}; envs: {', '.join(LOCAL_ENVS + CLOUD_ENVS)}")
     if opts.env in CLOUD_ENVS:
@@ -402,7 +409,8 @@ def run_gameday(opts: Options, console: Console) -> int:
     try:
         names = preflight(opts)
     except (ScheduleError, SuiteError) as exc:
-        _say(console, f"[bold red]refused[/]: {exc}")
+        # one line however long the paths in it: scripts grep it, people read it
+        console.print(f"[bold red]refused[/]: {exc}", highlight=False, soft_wrap=True)
         return EXIT_REFUSED
     check: BudgetCheck | None = None
     if opts.budget_check:

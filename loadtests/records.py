@@ -29,7 +29,13 @@ class JsonlWriter:
         self._file: IO[str] = open(path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.write_many([record])
+
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        """The records, one line each, and one flush."""
+        if not records:
+            return
+        self._file.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
         self._file.flush()
 
     def close(self) -> None:

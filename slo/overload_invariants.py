@@ -14,6 +14,11 @@ first fault of the experiment's window):
   ``MAX_REQUEST_AMPLIFICATION`` times the same ratio before the trigger. A platform that
   refuses fast (503 + Retry-After) costs its clients a few retries; one that queues without
   bound answers late or never, and each timeout becomes one more request for no submission.
+
+Neither is judged over a span in which the load generator itself fell behind (its event
+loop's lag, recorded with the load's counts in the "overload stopped" note, at least
+``GENERATOR_LAG_LIMIT_S``): its timeouts then measure the client, not the platform, and the
+check says so (no data: the check fails, never passes).
 """
 
 from __future__ import annotations
@@ -41,6 +46,28 @@ MAX_REQUEST_AMPLIFICATION = 2.0
 # design (3.5x over the trigger plus 5 s, measured 2026-12-06), so the ratio means "what the
 # trigger cost the clients in all", and a shorter RTO must not make the same run fail
 AFTER_SECONDS = 60.0
+# the load generator's event-loop lag (loadtests/overload.py LagMonitor) from which its
+# timeouts are its own: half the interactive client's 2 s timeout (the experiment's)
+GENERATOR_LAG_LIMIT_S = 1.0
+LOAD_STOPPED_NOTE = "overload stopped"
+
+
+def generator_behind(faults: Iterable[FaultRecord], lo: float, hi: float,
+                     limit: float = GENERATOR_LAG_LIMIT_S) -> str | None:
+    """Why the load's records in [lo, hi) measure its generator, not the platform: the
+    first lag episode of at least ``limit`` seconds overlapping the span; None if none."""
+    for f in faults:
+        if f.event != "note" or f.fault != LOAD_STOPPED_NOTE:
+            continue
+        for ep in f.details.get("generator_lag") or ():
+            if float(ep["max_lag_s"]) >= limit and float(ep["start"]) < hi and float(ep["end"]) > lo:
+                return (f"the load generator fell {float(ep['max_lag_s']):.1f} s behind its own "
+                        f"schedule for {float(ep['end']) - float(ep['start']):.0f} s, "
+                        f"{float(ep['start']) - lo:.0f} s into the judged span (event-loop "
+                        f"lag >= {limit:g} s): its timeouts measure the client, not the "
+                        "platform; not judged (a busier machine than the load needs: "
+                        "runbooks/overload-metastability.md)")
+    return None
 
 
 def _trigger(faults: Iterable[FaultRecord], start: float, end: float) -> tuple[
@@ -57,11 +84,15 @@ def goodput_recovered(requests: Sequence[RequestRecord], faults: Iterable[FaultR
     """Goodput back to ``share`` of its mean before the trigger within ``rto_seconds`` of the
     trigger's end (a mean over ``window`` seconds from that moment). The requests before
     ``start`` are read too: the goodput before the trigger is the baseline."""
+    faults = tuple(faults)  # read twice: the trigger, then the generator's lag
     name = "goodput-recovered"
     trig = _trigger(faults, start, end)
     if trig is None:
         return InvariantResult(name, 0, no_data="no fault_start in the window (no trigger)")
     label, t0, t1 = trig
+    behind = generator_behind(faults, t0 - window, min(end, t1 + AFTER_SECONDS))
+    if behind is not None:
+        return InvariantResult(name, 0, no_data=behind)
     points = load_points(requests, t0 - window, end, STEP_SECONDS)
     rec = goodput_recovery(points, t0, t1, window, share)
     if not rec.before:
@@ -102,6 +133,7 @@ def request_amplification(requests: Sequence[RequestRecord], faults: Iterable[Fa
     plus ``AFTER_SECONDS`` (at most ``end``), as a multiple of that ratio over the ``window``
     seconds before the trigger: at most ``limit``. ``rto_seconds`` is not used (the RTO
     judges the recovery, goodput_recovered)."""
+    faults = tuple(faults)  # read twice: the trigger, then the generator's lag
     name = "bounded-request-amplification"
     trig = _trigger(faults, start, end)
     if trig is None:
@@ -113,6 +145,9 @@ def request_amplification(requests: Sequence[RequestRecord], faults: Iterable[Fa
             f"no acknowledged submission in the {window:g} s before {label}: no ratio to "
             "compare with"))
     hi = min(end, t1 + AFTER_SECONDS)
+    behind = generator_behind(faults, t0 - window, hi)
+    if behind is not None:
+        return InvariantResult(name, 0, no_data=behind)
     sent, acked = _ratio(requests, t0, hi)
     if not sent:
         return InvariantResult(name, 0, no_data=f"no submission request during or after {label}")

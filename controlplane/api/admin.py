@@ -12,9 +12,10 @@ from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field
 
-from controlplane.api import serialize
+from controlplane.api import errors, serialize
 from controlplane.api.deps import Admin, Conn
-from controlplane.models import Name, OperationSpec, Strict
+from controlplane.api.edge import EdgeRoute
+from controlplane.models import Bool, Int, Name, OperationSpec, Strict
 from controlplane.store import InvalidReference
 from controlplane.store import operations as op_store
 from controlplane.store import queues as queue_store
@@ -34,17 +35,17 @@ class RestoreRequest(Strict):
     restore_id: Annotated[str, Field(min_length=1, max_length=200)]
     # the key was re-used after the restore for the same payload (a client retry): record
     # operation_id -> that operation instead of failing with 409
-    redirect_if_key_taken: bool = False
+    redirect_if_key_taken: Bool = False
 
 
 class CancelHeldRequest(Strict):
     reason: str = Field(default="held queue canceled by an operator", min_length=1,
                         max_length=1000)
     # one statement per call: a bounded transaction, repeat until 0
-    limit: int = Field(default=10_000, ge=1, le=50_000)
+    limit: Int = Field(default=10_000, ge=1, le=50_000)
 
 
-router = APIRouter(tags=["operator"])
+router = APIRouter(tags=["operator"], route_class=EdgeRoute)
 
 
 def install(app: FastAPI) -> None:
@@ -63,13 +64,14 @@ async def _moved(request: Request, exc: op_store.Moved) -> JSONResponse:
                         headers={"Location": location})
 
 
-@router.post(RESTORE_ROUTE, status_code=201)
+@router.post(RESTORE_ROUTE, status_code=201, responses={**errors.CONFLICT, **errors.REPLAYED})
 async def restore_operation(body: RestoreRequest, p: Admin, c: Conn,
                             response: Response) -> dict[str, Any]:
     cur = await c.execute("SELECT id::text FROM projects WHERE name = %s", (body.project,))
     row = await cur.fetchone()
     if row is None:
-        raise InvalidReference(f"field project: project {body.project!r} does not exist")
+        raise InvalidReference(f"field project: project {body.project!r} does not exist",
+                               ("body", "project"))
     res = await op_store.restore(
         c, project_id=row[0], key=body.idempotency_key,
         spec=body.spec.document(), op_id=str(body.operation_id),
@@ -82,7 +84,7 @@ async def restore_operation(body: RestoreRequest, p: Admin, c: Conn,
     return serialize.operation(res.operation, body.project)
 
 
-@router.post(CANCEL_HELD_ROUTE)
+@router.post(CANCEL_HELD_ROUTE, responses=errors.CONFLICT)
 async def cancel_held(queue: Annotated[str, Path(max_length=128, pattern=QUEUE_PATTERN)],
                       body: CancelHeldRequest, p: Admin, c: Conn) -> dict[str, Any]:
     """Cancel up to ``limit`` waiting operations of a held queue (concurrency 0); 404 for an

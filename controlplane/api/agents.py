@@ -12,8 +12,10 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from controlplane import db, metrics
+from controlplane.api import errors
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Agent, Config, Conn, Pool, log
+from controlplane.api.edge import EdgeRoute
 from controlplane.models import (
     AgentEvent,
     AgentEvents,
@@ -26,7 +28,7 @@ from controlplane.models import (
 from controlplane.store import StaleReport
 from controlplane.store import agents as agent_store
 
-router = APIRouter(tags=["agents"])
+router = APIRouter(tags=["agents"], route_class=EdgeRoute)
 # Agents ask for at most their heartbeat interval (the claim's query is what heartbeats a
 # waiting agent); the bound stays under the load balancer's 10 s server timeout
 # (infra/local/components.py), past which it would answer 504 and retry the claim.
@@ -106,7 +108,7 @@ async def agent_events(agent_id: str, body: AgentEvents, p: Agent, c: Conn,
     return {"recorded": n}
 
 
-@router.post("/v1/attempts/{attempt_id}/heartbeat")
+@router.post("/v1/attempts/{attempt_id}/heartbeat", responses=errors.CONFLICT)
 async def attempt_heartbeat(attempt_id: str, body: AttemptHeartbeat, p: Agent, c: Conn,
                             settings: Config,
                             x_agent_name: Annotated[str, Header()] = "unknown") -> Any:
@@ -120,7 +122,7 @@ async def attempt_heartbeat(attempt_id: str, body: AttemptHeartbeat, p: Agent, c
     return {"cancel": out["cancel"], "lease_expires_at": lease.isoformat() if lease else None}
 
 
-@router.post("/v1/attempts/{attempt_id}/events")
+@router.post("/v1/attempts/{attempt_id}/events", responses=errors.CONFLICT)
 async def attempt_events(attempt_id: str, body: AttemptEvents, p: Agent, c: Conn,
                          x_agent_name: Annotated[str, Header()] = "unknown") -> Any:
     try:
@@ -141,7 +143,7 @@ def _count_artifact_writes(events: list[AgentEvent]) -> None:
             metrics.ARTIFACT_WRITES.labels("retrying").inc()
 
 
-@router.post("/v1/attempts/{attempt_id}/report")
+@router.post("/v1/attempts/{attempt_id}/report", responses=errors.CONFLICT)
 async def attempt_report(attempt_id: str, body: AttemptReport, p: Agent, c: Conn,
                          settings: Config,
                          x_agent_name: Annotated[str, Header()] = "unknown") -> Any:

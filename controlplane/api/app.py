@@ -12,8 +12,18 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from controlplane import defects
-from controlplane.api import admin, agents, errors, health, operations, operator, pipelines
+from controlplane.api import (
+    admin,
+    agents,
+    errors,
+    health,
+    openapi,
+    operations,
+    operator,
+    pipelines,
+)
 from controlplane.api.admission import AdmissionMiddleware
+from controlplane.api.body_limit import BodyLimitMiddleware
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
 from controlplane.api.group_commit import GroupCommit
@@ -61,12 +71,15 @@ def create_app(settings: Settings) -> FastAPI:
                                          window=settings.submit_gather_ms / 1000)
     app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
     app.add_middleware(AdmissionMiddleware, settings=settings)  # inside the metrics: refusals count
+    # an oversized body takes no admission slot; counted by the metrics like any answer
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware)
     errors.install(app)
     for router in (health.router, operations.router, agents.router, operator.router,
                    pipelines.router):
         app.include_router(router)
     admin.install(app)  # restore from a client ledger; 308 for redirected ids
+    openapi.install(app)  # the answers every route shares, declared in the schema
     return app
 
 

@@ -12,9 +12,11 @@ from typing import Annotated
 
 import psycopg
 from fastapi import Depends, Header, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import AsyncConnectionPool
 
 from controlplane import db, defects
+from controlplane.models import MAX_BODY_BYTES
 from controlplane.store import auth as auth_store
 
 # one logger name for the whole API, whichever router logs: log queries select on it
@@ -38,6 +40,8 @@ class Settings:
     max_queue_wait_ms: float = 100.0
     agent_max_in_flight: int = 1024
     retry_after_seconds: int = 1
+    # request bodies above this are refused with 413 (api/body_limit.py)
+    max_body_bytes: int = MAX_BODY_BYTES
     # TEST ONLY, never in a deployment: acknowledge submissions *before* committing them
     # (write-behind every few seconds). It exists so the harness can prove it sees lost
     # acknowledged work: the api-replica-loss game day must fail its durability objective.
@@ -98,15 +102,20 @@ async def conn(pool: Pool) -> AsyncIterator[psycopg.AsyncConnection]:
 Conn = Annotated[psycopg.AsyncConnection, Depends(conn)]
 
 
+# declares the bearer scheme in the OpenAPI schema (securitySchemes); auto_error=False: the
+# 401 below says what is missing, as it did before
+BEARER = HTTPBearer(auto_error=False, description="A project (user), agent or admin token.")
+
+
 async def principal(request: Request,
-                    authorization: Annotated[str | None, Header()] = None,
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
                     ) -> auth_store.Principal:
     # every route resolves this: the pool is read here, not injected, to keep the dependency
     # tree small (FastAPI's per-request resolution is a visible share of a submission's CPU)
-    if not authorization or not authorization.lower().startswith("bearer "):
+    if credentials is None or not credentials.credentials.strip():
         raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
                             headers={"WWW-Authenticate": "Bearer"})
-    token = authorization[7:].strip()
+    token = credentials.credentials.strip()
     tokens: TokenCache = request.app.state.tokens
     p = tokens.get(token)
     if p is None:
@@ -126,6 +135,7 @@ def role(*roles: str) -> Callable[..., Awaitable[auth_store.Principal]]:
         if p.role not in roles:
             raise HTTPException(403, f"a {p.role} token cannot do this (needs {'/'.join(roles)})")
         return p
+    dep.roles = roles  # type: ignore[attr-defined]  # read by api/openapi.py (403 declared)
     return dep
 
 
@@ -134,3 +144,7 @@ UserOrAdmin = Annotated[auth_store.Principal, Depends(role("user", "admin"))]
 Agent = Annotated[auth_store.Principal, Depends(role("agent"))]
 Admin = Annotated[auth_store.Principal, Depends(role("admin"))]
 AnyRole = Annotated[auth_store.Principal, Depends(role("user", "agent", "admin"))]
+
+
+# a submission's key: required, as the schema says (a missing one is a 422 like any field's)
+IdempotencyKey = Annotated[str, Header(min_length=1, max_length=200)]

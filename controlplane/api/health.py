@@ -12,8 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controlplane import defects
 from controlplane.api.deps import Pool
+from controlplane.api.edge import EdgeRoute
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=EdgeRoute)
 
 # Where the platform's metrics are read (Prometheus). The control plane never calls it: it is
 # scraped, so losing telemetry must not touch serving. Only the seeded defect

@@ -7,11 +7,12 @@ in groups (api/group_commit.py), each answered after its group's commit."""
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from controlplane import metrics
-from controlplane.api import serialize
-from controlplane.api.deps import AnyRole, Conn, Settings, User, UserOrAdmin, log
+from controlplane.api import errors, serialize
+from controlplane.api.deps import AnyRole, Conn, IdempotencyKey, Settings, User, UserOrAdmin, log
+from controlplane.api.edge import EdgeRoute
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.write_behind import WriteBehind
 from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
@@ -20,17 +21,15 @@ from controlplane.store import Conflict, InvalidReference, StoreUnavailable
 from controlplane.store import operations as op_store
 from controlplane.store.submissions import SubmitItem
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=EdgeRoute)
 
 
-@router.post("/v1/operations", status_code=201, response_model=dict[str, Any])
+@router.post("/v1/operations", status_code=201, response_model=dict[str, Any],
+             responses={**errors.CONFLICT, **errors.REPLAYED})
 async def submit(spec: OperationSpec, p: User, request: Request,
-                 idempotency_key: Annotated[str | None, Header()] = None) -> Response:
+                 idempotency_key: IdempotencyKey) -> Response:
     # the hot path: settings read from the app, the answer encoded once (no response-model
     # pass over the document)
-    if not idempotency_key or len(idempotency_key) > 200:
-        metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
-        raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
     doc = spec.document()
     settings: Settings = request.app.state.settings
     if settings.unsafe_ack_before_commit:
@@ -81,7 +80,7 @@ async def list_ops(p: UserOrAdmin, c: Conn, state: OpState | None = None,
     return {"items": [serialize.operation(r, p.project) for r in rows], "next_cursor": nxt}
 
 
-@router.post("/v1/operations/{op_id}/cancel")
+@router.post("/v1/operations/{op_id}/cancel", responses=errors.CONFLICT)
 async def cancel(op_id: str, p: UserOrAdmin, c: Conn,
                  body: CancelRequest | None = None) -> dict[str, Any]:
     reason = (body or CancelRequest()).reason
@@ -102,7 +101,8 @@ async def attempts(op_id: str, p: UserOrAdmin, c: Conn) -> dict[str, Any]:
     return {"items": [serialize.attempt(a) for a in await op_store.attempts(c, op["id"])]}
 
 
-@router.post("/v1/operations/{op_id}/side-effects", status_code=201)
+@router.post("/v1/operations/{op_id}/side-effects", status_code=201,
+             responses={**errors.CONFLICT, **errors.REPLAYED})
 async def side_effect(op_id: str, body: SideEffectRequest, p: AnyRole, c: Conn,
                       response: Response) -> dict[str, Any]:
     row, created = await op_store.side_effect(

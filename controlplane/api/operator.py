@@ -6,13 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from controlplane.api import serialize
+from controlplane.api import errors, serialize
 from controlplane.api.deps import Admin, Config, Conn
+from controlplane.api.edge import EdgeRoute
 from controlplane.models import BreakerOverride, RouteOverride
 from controlplane.store import agents as agent_store
 from controlplane.store import scheduling
 
-router = APIRouter(tags=["operator"])
+router = APIRouter(tags=["operator"], route_class=EdgeRoute)
 
 
 @router.get("/v1/agents")
@@ -27,7 +28,7 @@ async def breaker(name: str, body: BreakerOverride, p: Admin, c: Conn) -> dict[s
     return {"agent": name, "breaker": body.state}
 
 
-@router.post("/v1/operations/{op_id}/route")
+@router.post("/v1/operations/{op_id}/route", responses=errors.CONFLICT)
 async def route(op_id: str, body: RouteOverride, p: Admin, c: Conn,
                 settings: Config) -> dict[str, Any]:
     row = await scheduling.pin_route(c, op_id, body.agent, actor="admin",

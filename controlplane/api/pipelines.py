@@ -3,23 +3,23 @@ report and per-phase timing, and events (docs/CONTRACTS.md, "Pipelines")."""
 
 # no `from __future__ import annotations`: FastAPI must see the dependency aliases.
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, HTTPException, Response
+from fastapi import APIRouter, Response
 
-from controlplane.api.deps import Conn, User, UserOrAdmin, log
+from controlplane.api import errors
+from controlplane.api.deps import Conn, IdempotencyKey, User, UserOrAdmin, log
+from controlplane.api.edge import EdgeRoute
 from controlplane.api.serialize import event
 from controlplane.pipelines.spec import PipelineSpec
 from controlplane.store import pipelines as store
 
-router = APIRouter(tags=["pipelines"])
+router = APIRouter(tags=["pipelines"], route_class=EdgeRoute)
 
 
-@router.post("/v1/pipelines", status_code=201)
+@router.post("/v1/pipelines", status_code=201, responses={**errors.CONFLICT, **errors.REPLAYED})
 async def submit(spec: PipelineSpec, p: User, c: Conn, response: Response,
-                 idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
-    if not idempotency_key or len(idempotency_key) > 200:
-        raise HTTPException(422, "header Idempotency-Key is required (1-200 characters)")
+                 idempotency_key: IdempotencyKey) -> dict[str, Any]:
     res = await store.submit(c, project_id=p.project_id, key=idempotency_key,  # type: ignore[arg-type]
                              spec=spec, actor=f"user:{p.project}")
     if res.created:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from controlplane.models import Name, OperationSpec, Strict
+from controlplane.models import Bool, Int, Name, OperationSpec, Strict
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 MAX_STEPS = 64
@@ -24,7 +24,7 @@ class Dataset(Strict):
 
 class FailurePolicy(Strict):
     policy: Literal["fail", "continue-incomplete", "accept-subset"]
-    min_successful: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    min_successful: Int | None = Field(default=None, ge=1, le=MAX_STEPS)
 
     @model_validator(mode="after")
     def _minimum(self) -> FailurePolicy:
@@ -56,7 +56,7 @@ class Step(Strict):
     datasets: list[Dataset] = Field(default_factory=list, max_length=64)
     code_digest: Sha256 | None = None
     environment: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
-    cache: bool | None = None  # None: on, except release steps (external state)
+    cache: Bool | None = None  # None: on, except release steps (external state)
     on_upstream_failure: FailurePolicy | None = None
     side_effect: SideEffect | None = None
 
@@ -67,7 +67,7 @@ class Step(Strict):
 
 class PipelineSpec(Strict):
     name: Name
-    max_parallel_steps: int = Field(default=4, ge=1, le=MAX_STEPS)
+    max_parallel_steps: Int = Field(default=4, ge=1, le=MAX_STEPS)
     steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS)
     labels: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
 

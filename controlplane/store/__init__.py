@@ -16,7 +16,12 @@ class Conflict(StoreError):
 
 
 class InvalidReference(StoreError):
-    """The payload names something that does not exist (e.g. an unknown queue)."""
+    """The payload names something that does not exist (e.g. an unknown queue); ``loc`` is
+    the field, as a validation error locates it (``("body", "queue")``)."""
+
+    def __init__(self, message: str, loc: tuple[str, ...] = ("body",)) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 class StaleReport(StoreError):

@@ -57,7 +57,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         ts, op_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
         return datetime.fromisoformat(ts), uuid.UUID(op_id)
     except Exception as exc:
-        raise InvalidReference("cursor is malformed; pass next_cursor from a previous page") from exc
+        raise InvalidReference("cursor is malformed; pass next_cursor from a previous page",
+                               ("query", "cursor")) from exc
 
 
 async def list_ops(conn: AsyncConnection, *, project_id: str | None, state: str | None,
@@ -231,7 +232,8 @@ async def restore(conn: AsyncConnection, *, project_id: str, key: str, spec: dic
                 "spec": Jsonb(spec), "max_retries": spec["max_retries"],
                 "timeout": spec["timeout_seconds"], "actor": actor, "data": Jsonb(data)})
         except psycopg.errors.ForeignKeyViolation as exc:
-            raise InvalidReference(f"queue {spec['queue']!r} does not exist") from exc
+            raise InvalidReference(f"queue {spec['queue']!r} does not exist",
+                                   ("body", "spec", "queue")) from exc
         row = await cur.fetchone()
         if row is not None:
             return RestoreResult(row, True, "same_id")

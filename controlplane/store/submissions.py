@@ -115,8 +115,8 @@ async def submit_many(conn: AsyncConnection, items: list[SubmitItem],
         created = await _insert(conn, [items[n] for n in leaders], [hashes[n] for n in leaders])
     except psycopg.errors.ForeignKeyViolation as exc:
         if len(leaders) == 1:
-            raise InvalidReference(f"queue {items[leaders[0]].spec['queue']!r} does not exist"
-                                   ) from exc
+            raise InvalidReference(f"queue {items[leaders[0]].spec['queue']!r} does not exist",
+                                   ("body", "queue")) from exc
         out: list[SubmitResult | Exception] = []
         for item in items:  # rare: an unknown queue in a group; isolate it
             try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,8 @@ from rich.table import Table
 
 from infra.local.errors import ComponentUnhealthy, EnvError
 from infra.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
+from infra.local.redact import redact, redact_url
+from infra.paths import unwritable
 from platforms import PLATFORMS
 
 console = Console(stderr=True)
@@ -65,9 +66,13 @@ def _components_table(status: dict[str, Any]) -> Table:
     return table
 
 
-def _redact(url: str) -> str:
-    """Terminals get logged and shared: hide DSN passwords (`env status --json` has them)."""
-    return re.sub(r"(//[^:/@]+:)[^@]+@", r"\1***@", url)
+show_secrets_option = click.option(
+    "--show-secrets", is_flag=True,
+    help="Print tokens and passwords as they are (default: *** in their place).")
+
+
+def _print_json(status: dict[str, Any], show_secrets: bool) -> None:
+    click.echo(json.dumps(status if show_secrets else redact(status), indent=2))
 
 
 def _print_summary(status: dict[str, Any]) -> None:
@@ -76,7 +81,7 @@ def _print_summary(status: dict[str, Any]) -> None:
     endpoints = status.get("endpoints", {})
     for key in ("api", "dsn", "s3", "registry", "image", "prometheus", "haproxy_stats", "fault_timeline"):
         if key in endpoints:
-            out.print(f"  [bold]{key:15}[/] {_redact(str(endpoints[key]))}")
+            out.print(f"  [bold]{key:15}[/] {redact_url(str(endpoints[key]))}")
     out.print(f"  [bold]{'processes':15}[/] {status['processes']} (RSS {status['rss_mib']} MiB, "
               f"PSS {status['pss_mib']} MiB)")
     cp = status.get("controlplane", {})
@@ -98,6 +103,7 @@ def env_group() -> None:
 @click.option("--infra-only", is_flag=True, help="Start the servers only, not the control plane.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON when up.")
+@show_secrets_option
 @click.option("--platform", default="controlplane", show_default=True,
               type=click.Choice(list(PLATFORMS)),
               help="Platform under test (platforms/registry.py), e.g. prefect: Prefect 3 "
@@ -107,10 +113,13 @@ def env_group() -> None:
                    "mount (disk-0, disk-1: docs/faultfs.md) so `gameday fault disk-*` can make "
                    "it slow, full or failing. Default: as the environment was created (off).")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
-           platform: str, storage_faults: bool | None) -> None:
+           show_secrets: bool, platform: str, storage_faults: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
-    from infra.local.env import LocalEnvironment
+    from infra.local.env import LocalEnvironment, state_dir_for
 
+    problem = unwritable(state_dir_for(name, home), "the state directory")
+    if problem:
+        raise click.ClickException(problem)
     env = LocalEnvironment(name, home, storage_faults=storage_faults)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
@@ -122,7 +131,7 @@ def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_js
                         platform=platform)
     console.print(f"[bold green]up[/] in {status['up_seconds']} s; state in {env.state_dir}")
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        _print_json(status, show_secrets)
     else:
         _print_summary(status)
 
@@ -145,14 +154,16 @@ def down_cmd(name: str, home: Path | None, purge: bool) -> None:
 @env_group.command("status")
 @name_option
 @home_option
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable endpoints, tokens and health.")
-def status_cmd(name: str, home: Path | None, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable endpoints, tokens (redacted) and health.")
+@show_secrets_option
+def status_cmd(name: str, home: Path | None, as_json: bool, show_secrets: bool) -> None:
     """Re-check the health of every component; exit 1 when something is unhealthy."""
     with domain_errors():
         env = _load(name, home)
         status = env.status()
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        _print_json(status, show_secrets)
     else:
         _print_summary(status)
     if not status["healthy"]:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from controlplane.clock import ENV as CLOCK_ENV
+from controlplane.models import MAX_BODY_BYTES
 from infra.local import motoserver
 from infra.local.topology import API_REPLICAS, BUCKET, AgentSpec, Secrets
 from infra.timeline_metrics import write_scrape_targets
@@ -304,6 +305,9 @@ frontend api
   mode http
   bind 127.0.0.1:{ports['haproxy_api']}
   timeout client 60s
+  # the API's request size limit (controlplane/models.py), refused here before a byte of the
+  # body is read or forwarded; a chunked body (no length) is bounded by the API itself
+  http-request return status 413 content-type application/json string '{{"detail":"request body larger than {MAX_BODY_BYTES} bytes, the API limit"}}' if {{ req.hdr_val(content-length) gt {MAX_BODY_BYTES} }}
   default_backend api
 
 # retries + redispatch hide a dead replica from all but in-flight requests; an in-flight

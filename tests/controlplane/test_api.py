@@ -76,10 +76,14 @@ def test_invalid_payload_is_422_naming_the_field(user: Api, body: dict, field: s
 
 
 def test_unknown_queue_and_missing_key(user: Api) -> None:
+    # every 422 has the schema's body: a list of errors, each locating its field
     r = user.submit(spec(queue="nope"))
-    assert r.status_code == 422 and "queue 'nope' does not exist" in r.json()["detail"]
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"type": "invalid_reference", "loc": ["body", "queue"],
+                                   "msg": "queue 'nope' does not exist"}]
     r = user.c.post("/v1/operations", json=spec())
-    assert r.status_code == 422 and "Idempotency-Key" in r.json()["detail"]
+    assert r.status_code == 422
+    assert [e["loc"] for e in r.json()["detail"]] == [["header", "idempotency-key"]]
 
 
 def test_auth_roles_and_project_isolation(user: Api, agent: Api, cp_stack: ControlPlane) -> None:

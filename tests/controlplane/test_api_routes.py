@@ -67,8 +67,11 @@ def sync_calls() -> list[str]:
 
     def walk(dep: object, where: str) -> None:
         call = getattr(dep, "call", None)
+        # a callable object (fastapi.security's HTTPBearer) is awaited when its __call__ is async
+        method = None if inspect.isfunction(call) else vars(type(call)).get("__call__")
         if call is not None and not (inspect.iscoroutinefunction(call)
-                                     or inspect.isasyncgenfunction(call)):
+                                     or inspect.isasyncgenfunction(call)
+                                     or inspect.iscoroutinefunction(method)):
             found.append(f"{where}: {getattr(call, '__qualname__', call)}")
         for sub in getattr(dep, "dependencies", []):
             walk(sub, where)

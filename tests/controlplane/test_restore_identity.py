@@ -171,7 +171,9 @@ def test_invalid_restore_requests_are_422_naming_the_field(admin: Api,
                                                           cp_stack: ControlPlane) -> None:
     op_id = str(uuid.uuid4())
     r = restore(admin, "no-such-team", op_id, "k", spec("a"))
-    assert r.status_code == 422 and "project 'no-such-team' does not exist" in r.json()["detail"]
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"type": "invalid_reference", "loc": ["body", "project"],
+                                   "msg": "field project: project 'no-such-team' does not exist"}]
     r = restore(admin, cp_stack.project, "not-a-uuid", "k", spec("a"))
     assert r.status_code == 422 and any("operation_id" in e["loc"] for e in r.json()["detail"])
     r = admin.c.post("/v1/admin/operations/restore", json={
@@ -179,7 +181,8 @@ def test_invalid_restore_requests_are_422_naming_the_field(admin: Api,
         "spec": spec("a"), "acknowledged_at": "2026-01-06T10:00:05", "restore_id": "bk-1"})
     assert r.status_code == 422 and any("acknowledged_at" in e["loc"] for e in r.json()["detail"])
     r = restore(admin, cp_stack.project, op_id, "k", spec("a", queue="nope"))
-    assert r.status_code == 422 and "queue 'nope' does not exist" in r.json()["detail"]
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "spec", "queue"]
+    assert "queue 'nope' does not exist" in r.json()["detail"][0]["msg"]
 
 
 def test_replay_records_identity_and_the_durability_audit_finds_it_by_id(

@@ -3,8 +3,12 @@ unknown experiments; `--dry-run` prints what would be hit and changes nothing.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gameday.cli import main
@@ -70,3 +74,60 @@ def test_cloud_dry_run_with_target(tmp_path: Path) -> None:
                      "--freeze-file", str(tmp_path / "none.yaml"), home=tmp_path)
     assert code == 0, out
     assert "cloud drivers" in out
+
+
+def _read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory this process cannot write in: mode 0555 for a user, a read-only tmpfs for
+    root (who ignores the mode bits)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        yield ro
+        ro.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield ro
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    yield from _read_only_dir(tmp_path)
+
+
+def _refused_before_anything(code: int, out: str, home: Path, *words: str) -> None:
+    assert code == EXIT_REFUSED, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refused: "), out  # no traceback
+    assert all(w in lines[0] for w in words), out
+    assert "bringing up" not in out and not (home / ".gameday").exists()  # nor the lock
+
+
+def test_a_read_only_runs_dir_is_refused_before_anything_starts(tmp_path: Path,
+                                                                read_only_dir: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    code, out = _run("run", "--runs-dir", str(read_only_dir / "runs"), home=home)
+    _refused_before_anything(code, out, home, "--runs-dir", "not writable")
+
+
+def test_a_runs_dir_below_a_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "a-file").write_text("")
+    code, out = _run("run", "--runs-dir", str(tmp_path / "a-file" / "runs"), home=home)
+    _refused_before_anything(code, out, home, "--runs-dir", "not a directory")
+
+
+def test_a_home_that_is_a_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("")
+    code, out = _run("run", "--runs-dir", str(tmp_path / "runs"), home=home)
+    _refused_before_anything(code, out, tmp_path, "GAMEDAY_HOME", "not a directory")
+    assert not (tmp_path / "runs").exists()

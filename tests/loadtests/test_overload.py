@@ -153,3 +153,41 @@ def test_the_first_project_and_the_held_queue_cancel_shared_by_the_harness_loads
     assert cancel_held(Cancels()) == {"held_canceled": 3}
     assert cancel_held(Refused()) == {"held_cancel_error": "HTTP 409 queue 'held' is not held"}
     assert cancel_held(object()) == {}  # a platform without held queues: nothing to cancel
+
+
+def test_the_lag_monitor_keeps_episodes_of_a_late_event_loop() -> None:
+    from loadtests.overload import LagMonitor
+
+    m = LagMonitor(threshold_s=0.25)
+    for at, lag in ((10.0, 0.01), (11.0, 0.3), (12.0, 1.2), (13.0, 0.02), (20.0, 0.5)):
+        m.observe(lag, at=at)
+    assert m.max_lag_s == 1.2
+    assert m.episodes == [{"start": 10.7, "end": 12.0, "max_lag_s": 1.2},
+                          {"start": 19.5, "end": 20.0, "max_lag_s": 0.5}]
+
+
+def test_the_open_loop_reports_its_own_lag_and_writes_off_its_event_loop(
+        server: Server, tmp_path: Path) -> None:
+    """A loop blocked for 0.6 s (as by a write stalled in the page cache) is one lag episode
+    in the counts; the records of every attempt are still all written, by the sink's thread."""
+    blocked: list[float] = []
+
+    def clock() -> float:  # read on the event loop as each attempt is sent
+        if len(blocked) == 5:  # once: block the loop as a stalled write would
+            time.sleep(0.6)
+        blocked.append(time.time())
+        return blocked[-1]
+
+    loop = OpenLoop(url=f"http://127.0.0.1:{server.port}", token="t", rate=20.0,
+                    requests_path=tmp_path / "requests.x.jsonl",
+                    ledger_path=tmp_path / "ledger.x.jsonl", project="p",
+                    request_timeout_s=2.0, clock=clock)
+    loop.start()
+    time.sleep(1.5)
+    counts = loop.stop()
+    assert counts["max_loop_lag_s"] >= 0.5
+    [episode] = counts["generator_lag"]
+    assert episode["max_lag_s"] >= 0.5 and episode["end"] >= episode["start"]
+    lines = (tmp_path / "requests.x.jsonl").read_text().splitlines()
+    assert len(lines) == counts["requests"] == sum(server.seen.values())
+    assert len(list(read_ledger([tmp_path / "ledger.x.jsonl"]))) == counts["acked"]

@@ -70,12 +70,12 @@ def test_second_up_is_refused(env: LocalEnvironment) -> None:
 
 
 def test_status_json_prints_endpoints_tokens_and_health(env: LocalEnvironment) -> None:
-    result = CliRunner().invoke(env_group, ["status", "--json", "--name", env.name,
-                                            "--home", str(env.state_dir.parents[2])])
+    result = CliRunner().invoke(env_group, ["status", "--json", "--show-secrets", "--name",
+                                            env.name, "--home", str(env.state_dir.parents[2])])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["healthy"] and data["endpoints"]["api"].startswith("http://127.0.0.1:")
-    assert data["tokens"]["admin"] and data["tokens"]["projects"]["team-a"]
+    assert data["tokens"] == env.tokens and data["tokens"]["projects"]["team-a"]
     assert "secrets" not in data and data["processes"] > 20
     health = httpx.get(data["endpoints"]["api"] + "/readyz", timeout=2)
     assert health.status_code == 200

@@ -111,3 +111,32 @@ def test_registered_and_judged_against_the_rto_it_is_given() -> None:
     assert not check_invariant("goodput-recovered", ev, START + 30, START + 200,
                                rto_seconds=90).violations
     assert check_invariant("goodput-recovered", ev, START + 30, START + 200).no_data
+
+
+def _lag_note(start: float, end: float, max_lag_s: float) -> FaultRecord:
+    """The load's "overload stopped" note with one lag episode of its generator."""
+    return FaultRecord(time=T0 + timedelta(seconds=170), event="note", fault="overload stopped",
+                       target="local", details={"generator_lag": [
+                           {"start": START + start, "end": START + end,
+                            "max_lag_s": max_lag_s}]})
+
+
+def test_a_load_generator_behind_its_schedule_is_not_judged_either_way() -> None:
+    # the same records a metastable platform leaves; the client's loop was 3 s late at +90 s
+    load = _load(down_until=130.0, until=200.0, shed=False)
+    faults = [*_faults(), _lag_note(90.0, 95.0, 3.0)]
+    for check in (goodput_recovered, request_amplification):
+        r = check(load, faults, START + 30, START + 200, 60)
+        assert r.judged == 0 and not r.violations, r
+        assert "load generator fell 3.0 s behind" in (r.no_data or "")
+        assert "not the platform" in (r.no_data or "")
+    # a lag below the limit, or outside the judged span (trigger - 10 s to trigger end + 60 s),
+    # leaves the records judged: the same failure is found
+    for note in (_lag_note(90.0, 95.0, 0.5), _lag_note(150.0, 160.0, 3.0),
+                 _lag_note(5.0, 15.0, 3.0)):
+        r = goodput_recovered(load, [*_faults(), note], START + 30, START + 200, 60)
+        assert r.no_data is None and r.violations, note
+    # a generator's faults passed as a one-shot iterator are read whole
+    r = request_amplification(load, iter([*_faults(), _lag_note(90.0, 95.0, 3.0)]),
+                              START + 30, START + 200, 60)
+    assert r.no_data is not None and "behind" in r.no_data
