@@ -129,13 +129,19 @@ def _credential_driver(ctx: Context) -> Any:
     return driver
 
 
+ROTATED = "credentials-rotated"  # the experiment's scratch tag of a rotation it made
+
+
 def rotate_credentials(project: str | None = None, configuration: Configuration = None,
                        secrets: Secrets = None) -> dict:
     """Replace the agent token, a project's token (default: the last project by name, not
     the one the game day's load uses) and the database password while work runs; returns
     once every new credential is in place (ids only, never a secret)."""
     ctx = _ctx(configuration)
-    return _credential_driver(ctx).rotate_credentials(project)
+    out = _credential_driver(ctx).rotate_credentials(project)
+    # what the refusal probe proves from now on (chaos/probes.py retired_credentials_refused)
+    ctx.remember(ROTATED, [out.get("agent_token", {}).get("old")])
+    return out
 
 
 def revoke_retired_credentials(configuration: Configuration = None,

@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from chaos.actions import ROTATED
 from chaos.context import ChaosError, Context, utcnow
 from platforms import PlatformError, SubmitRequest, Workload
 
@@ -167,10 +168,20 @@ def retired_credentials_refused(within: float = 15.0, configuration: Configurati
     old agent and project tokens; the old database password fails to log in) and every
     current one works. Before any rotation there is nothing to prove (vacuously true, like the
     tag probes). ``within``: how long a replica may still trust a revoked token (its token
-    cache)."""
-    driver = _ctx(configuration).driver
+    cache).
+
+    Only a rotation of this experiment counts: a previous game day's retired credentials were
+    that game day's to prove, and checking them before this method made a platform that
+    accepts one again unmeasurable (steady state not met, exit 1) instead of failing the
+    retired-credentials-refused objective on this rotation (exit 2)."""
+    ctx = _ctx(configuration)
+    driver = ctx.driver
     if not hasattr(driver, "retired_credentials_refused"):
         raise ChaosError(f"the {driver.name} driver cannot rotate credentials")
+    try:
+        ctx.recall(ROTATED)
+    except ChaosError:
+        return {"refused": True, "note": "nothing was rotated in this experiment yet"}
     return driver.retired_credentials_refused(within)
 
 

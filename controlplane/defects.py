@@ -59,6 +59,14 @@ KNOWN: dict[str, str] = {
                            "are fsynced: a power loss takes checkpoints already reported",
     "local-checkpoint-unverified": "a resume trusts the node's local checkpoint without "
                                    "checking it against its durable record",
+    "result-not-read-back": "the agent never reads its artifacts back: it reports success "
+                            "with the one file it heard of (the weights) as the result",
+    "liveness-ignored": "routing reads every registered agent as alive: work is dispatched "
+                        "to agents whose heartbeat expired",
+    "revocation-cached": "the API's token cache keeps a token until it expires instead of a "
+                         "few seconds: a revoked token stays accepted",
+    "agent-revocation-ignored": "the token store ignores the revocation of agent tokens: a "
+                                "retired agent token is accepted after it was revoked",
 }
 
 
@@ -92,6 +100,10 @@ WHERE: dict[str, frozenset[str]] = {
     "admission-wait-unbounded": frozenset({"api"}),  # admission.py wait_allowance
     "checkpoint-no-fsync": frozenset({"agent"}),  # the workload inherits its agent's env
     "local-checkpoint-unverified": frozenset({"agent"}),  # the workload's resume
+    "result-not-read-back": frozenset({"agent"}),  # agent/attempt.py _verify_artifacts
+    "liveness-ignored": frozenset({"reconciler"}),  # store/scheduling.py destinations
+    "revocation-cached": frozenset({"api"}),  # api/deps.py TokenCache
+    "agent-revocation-ignored": frozenset({"api"}),  # store/auth.py lookup
 }
 
 

@@ -92,6 +92,18 @@ MATRIX += (
     Case("overload-metastability", "admission-wait-unbounded", "overload-metastability",
          "overload-metastability.invariant.goodput-recovered"),
 )
+# the outcome invariants (slo/outcome_invariants.py): each promise broken in a second code path,
+# caught by the objective that judges the outcome, not the path
+MATRIX += (
+    Case("artifact-store-unavailable", "result-not-read-back", "artifact-store-unavailable",
+         "artifact-store-unavailable.invariant.artifacts-complete"),
+    Case("node-pool-exhausted", "liveness-ignored", "node-pool-exhausted",
+         "node-pool-exhausted.invariant.routed-to-live-agents"),
+    Case("credential-rotation", "revocation-cached", "credential-rotation",
+         "credential-rotation.invariant.retired-credentials-refused"),
+    Case("credential-rotation", "agent-revocation-ignored", "credential-rotation",
+         "credential-rotation.invariant.retired-credentials-refused"),
+)
 MATRIX += (
     Case("pipeline-recovery", "cache-key-without-data", "pipeline-recovery",
          "pipeline-recovery.invariant.stale-cache-reuse"),

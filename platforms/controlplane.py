@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from controlplane.store.agents import FLEET_OPERATION, HEARD_AGAIN
 from controlplane.store.queues import HELD_QUEUE
 from platforms.base import (
     Ack,
@@ -70,6 +71,13 @@ _AGENTS_SQL = """
 SELECT name, pool, zone, region, datasets, accelerator_type, accelerator_count, registries,
        cpu_slots, registered_at
 FROM agents ORDER BY name"""
+# agents heard again after a silence (controlplane/store/agents.py, fleet records under the nil
+# operation): what the routed-to-live-agents invariant judges dispatches against
+_LIVENESS_SQL = f"""
+SELECT data->>'agent' AS agent, time, data->>'silent_since' AS silent_since,
+       (data->>'timeout_seconds')::float8 AS timeout_seconds FROM events
+WHERE operation_id = '{FLEET_OPERATION}'::uuid
+  AND kind = '{HEARD_AGAIN}' AND time >= %(since)s ORDER BY id"""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -358,8 +366,8 @@ class ControlPlaneAdapter:
 
     # -- evidence --------------------------------------------------------------------------
     def snapshot(self, out_dir: Path, since: datetime | None = None) -> dict[str, int]:
-        """Write snapshot/{operations,attempts,events,agents,objects}.jsonl and the pipelines'
-        snapshot/{pipelines,pipeline_steps,pipeline_events,side_effects}.jsonl
+        """Write snapshot/{operations,attempts,events,agents,agent_liveness,objects}.jsonl and the
+        pipelines' snapshot/{pipelines,pipeline_steps,pipeline_events,side_effects}.jsonl
         (docs/EVIDENCE.md) for what was created at or after ``since`` (the run's start)."""
         import psycopg
         from psycopg.rows import dict_row
@@ -377,7 +385,8 @@ class ControlPlaneAdapter:
                               ("pipelines", _PIPELINES_SQL),
                               ("pipeline_steps", _PIPELINE_STEPS_SQL),
                               ("pipeline_events", _PIPELINE_EVENTS_SQL),
-                              ("side_effects", _SIDE_EFFECTS_SQL)):
+                              ("side_effects", _SIDE_EFFECTS_SQL),
+                              ("agent_liveness", _LIVENESS_SQL)):
                 rows = conn.execute(sql, params if "%(since)s" in sql else None).fetchall()
                 write_jsonl(out / f"{name}.jsonl", rows)
                 counts[name] = len(rows)

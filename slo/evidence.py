@@ -123,6 +123,9 @@ class Attempt(_Record):
     started_at: UtcTime | None = None
     finished_at: UtcTime | None = None
     error: dict[str, Any] | None = None
+    # what the platform tells the user about a succeeded attempt (artifacts-complete reads
+    # its `files`: the result must name every file of the completion manifest)
+    result: dict[str, Any] | None = None
 
 
 class AgentRecord(_Record):
@@ -138,6 +141,17 @@ class AgentRecord(_Record):
     # None: older snapshots (slo/cost.py: allocation unknown / counted from the window's start)
     cpu_slots: int | None = Field(default=None, ge=0)
     registered_at: UtcTime | None = None
+
+
+class AgentHeardAgain(_Record):
+    """An agent heard from after a silence longer than its liveness timeout:
+    snapshot/agent_liveness.jsonl. The platform knew it dead from ``silent_since +
+    timeout_seconds`` until ``time`` (its first sign of life after the silence)."""
+
+    agent: str
+    time: UtcTime
+    silent_since: UtcTime
+    timeout_seconds: float = Field(gt=0)
 
 
 class Event(_Record):
@@ -319,6 +333,8 @@ class Evidence(_Record):
     pipeline_steps: tuple[PipelineStepRecord, ...] | None = None
     pipeline_events: tuple[PipelineEvent, ...] | None = None
     side_effects: tuple[SideEffectRecord, ...] | None = None
+    # None: snapshot/agent_liveness.jsonl was not collected (the routing invariant: no data)
+    agent_liveness: tuple[AgentHeardAgain, ...] | None = None
 
     @property
     def snapshot_time(self) -> datetime:
@@ -552,7 +568,8 @@ def load_evidence(run_dir: str | Path) -> Evidence:
            for name, model in (("pipelines", PipelineRecord),
                                ("pipeline_steps", PipelineStepRecord),
                                ("pipeline_events", PipelineEvent),
-                               ("side_effects", SideEffectRecord))},
+                               ("side_effects", SideEffectRecord),
+                               ("agent_liveness", AgentHeardAgain))},
     )
     if not evidence.requests:
         raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")

@@ -29,6 +29,9 @@ OP_SECONDS = 5.0  # each normal operation: queued -> succeeded
 REQUEST_EVERY = 0.25
 AGENT = "agent-cpu-1"
 REGION = "local"
+# failure classes whose fault takes agents away, and their liveness timeout
+LOSES_AGENTS = frozenset({"node-pool-exhausted", "zone-outage"})
+LIVENESS_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -473,6 +476,12 @@ def build_run(path: str | Path, spec: FixtureSpec = FixtureSpec()) -> FixtureRun
     jsonl("snapshot/events.jsonl", sorted(w.events, key=lambda e: e["time"]))
     jsonl("snapshot/objects.jsonl", w.objects)
     if spec.agents:
+        # the classes that take agents away: each lost agent is heard again when the fault
+        # ends (routed-to-live-agents judges the dispatches against it; none went there)
+        jsonl("snapshot/agent_liveness.jsonl", [{
+            "agent": f"lost-{x.name}", "time": _iso(fault + FAULT_SECONDS),
+            "silent_since": _iso(fault - LIVENESS_TIMEOUT), "timeout_seconds": LIVENESS_TIMEOUT,
+        } for x, _, _, fault in windows if _injected(x) and x.name in LOSES_AGENTS])
         jsonl("snapshot/agents.jsonl", [{
             "name": AGENT, "pool": "cpu", "zone": f"{REGION}-a", "region": REGION,
             "datasets": [], "accelerator_type": None, "accelerator_count": 0,

@@ -437,6 +437,25 @@ for _name in ("reported-checkpoints-durable", "durable-resume", "power-loss-visi
     INVARIANTS[_name] = _checkpoint_judge(_name)
 
 
+def _outcome_judge(name: str) -> Judge:
+    """The outcome invariants live in slo/outcome_invariants.py (which imports this module)."""
+    def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
+        from slo import outcome_invariants as oc
+        from slo.sli import ObjectIndex
+
+        if name == "artifacts-complete":
+            return oc.artifacts_complete(ev.attempts, ev.events, ObjectIndex.of(ev.objects),
+                                         lo, hi)
+        if name == "routed-to-live-agents":
+            return oc.routed_to_live_agents(ev.attempts, ev.agent_liveness, lo, hi)
+        return oc.retired_credentials_refused(ev.faults, lo, hi)
+    return judge
+
+
+for _name in ("artifacts-complete", "routed-to-live-agents", "retired-credentials-refused"):
+    INVARIANTS[_name] = _outcome_judge(_name)
+
+
 # (evidence, window start, window end, the recovery objective's RTO in seconds) -> result:
 # the invariants whose promise is "within the RTO"
 RtoJudge = Callable[[Evidence, float, float, float], InvariantResult]

@@ -467,6 +467,8 @@ class AttemptRunner(threading.Thread):
     def _verify_artifacts(self) -> tuple[dict[str, Any] | None, str | None]:
         """Read back COMPLETE.json and checksums, holding the lease while the store is down
         or slow."""
+        if defects.enabled("result-not-read-back"):  # seeded defect: trust the workload's word
+            return {"files": {"model.npy": {"sha256": self.observed.weights_sha256}}}, None
         store = self.store_factory()
         while True:
             try:

@@ -38,7 +38,7 @@ MAX_CLAIM_WAIT_SECONDS = 8.0
 @router.post("/v1/agents/register")
 async def register(body: AgentRegistration, p: Agent, c: Conn,
                    settings: Config) -> dict[str, Any]:
-    agent_id = await agent_store.register(c, body.model_dump(mode="json"))
+    agent_id = await agent_store.register(c, body.model_dump(mode="json"), settings.lease_seconds)
     log.info("agent registered", extra={"action": "register", "agent": body.name,
                                         "pool": body.pool})
     return {"agent_id": agent_id, "lease_seconds": settings.lease_seconds,
@@ -46,8 +46,8 @@ async def register(body: AgentRegistration, p: Agent, c: Conn,
 
 
 @router.post("/v1/agents/{agent_id}/heartbeat")
-async def agent_heartbeat(agent_id: str, p: Agent, c: Conn) -> dict[str, bool]:
-    await agent_store.heartbeat(c, _uuid_or_404(agent_id, "agent"))
+async def agent_heartbeat(agent_id: str, p: Agent, c: Conn, settings: Config) -> dict[str, bool]:
+    await agent_store.heartbeat(c, _uuid_or_404(agent_id, "agent"), settings.lease_seconds)
     return {"ok": True}
 
 

@@ -15,7 +15,7 @@ from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import AsyncConnectionPool
 
-from controlplane import db
+from controlplane import db, defects
 from controlplane.models import MAX_BODY_BYTES
 from controlplane.store import auth as auth_store
 
@@ -70,7 +70,10 @@ class TokenCache:
             self._items.clear()
         keep = self.ttl
         if principal.expires_at is not None:
-            keep = min(keep, (principal.expires_at - datetime.now(UTC)).total_seconds())
+            left = (principal.expires_at - datetime.now(UTC)).total_seconds()
+            # seeded defect revocation-cached: kept until the token expires, so a revocation
+            # is never seen while the token is used at least once per its lifetime
+            keep = left if defects.enabled("revocation-cached") else min(keep, left)
         if keep > 0:
             self._items[token] = (time.monotonic() + keep, principal)
 

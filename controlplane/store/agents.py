@@ -24,9 +24,41 @@ CLAIM_CHANNEL = "controlplane_claimable"
 NOTIFY_MAX_AGENTS = 200  # pg_notify payloads stop at 8000 bytes: more ids -> wake everyone
 
 
-async def register(conn: AsyncConnection, reg: dict[str, Any]) -> str:
+# Fleet records have no operation: events keep them under the nil operation id (events has no
+# foreign key on it), apart from every operation's own (platforms/controlplane.py writes them to
+# snapshot/agent_liveness.jsonl). A new table would be a schema change that release N (which
+# runs on revision 0006, controlplane/release.py) does not know.
+FLEET_OPERATION = "00000000-0000-0000-0000-000000000000"
+HEARD_AGAIN = "agent_heard_again"
+
+
+async def _note_heard_again(conn: AsyncConnection, name: str, silent_since: Any,
+                            silence_seconds: float | None) -> None:
+    """Record an agent heard from after a silence of more than ``silence_seconds`` (the
+    liveness timeout routing uses): while it was silent routing knew it dead, and this is the
+    first moment it may take work again (what the routed-to-live-agents invariant judges
+    dispatches against). Stamped by the database's clock, like the heartbeats and dispatches."""
+    if silence_seconds is None or silent_since is None:
+        return
+    await conn.execute(
+        "INSERT INTO events (operation_id, actor, kind, reason, data)"
+        " SELECT %(fleet)s::uuid, 'agent:' || %(name)s, %(kind)s,"
+        "        'agent heard again after ' || round(extract(epoch FROM now() - %(since)s)::numeric, 1)"
+        "        || 's of silence',"
+        "        jsonb_build_object('agent', %(name)s::text, 'silent_since', %(since)s::timestamptz,"
+        "                           'timeout_seconds', %(timeout)s::float8)"
+        " WHERE now() - %(since)s::timestamptz > make_interval(secs => %(timeout)s)",
+        {"fleet": FLEET_OPERATION, "name": name, "kind": HEARD_AGAIN, "since": silent_since,
+         "timeout": silence_seconds})
+
+
+async def register(conn: AsyncConnection, reg: dict[str, Any],
+                   silence_seconds: float | None = None) -> str:
     caps = reg["capabilities"]
     async with conn.cursor() as cur:
+        await cur.execute("SELECT last_heartbeat_at FROM agents WHERE name = %s FOR UPDATE",
+                          (reg["name"],))
+        before = await cur.fetchone()
         await cur.execute(
             """INSERT INTO agents (name, pool, zone, region, cpu_slots, accelerator_type,
                                    accelerator_count, datasets, registries)
@@ -46,14 +78,29 @@ async def register(conn: AsyncConnection, reg: dict[str, Any]) -> str:
         # new capacity may unblock waiting work: wake the scheduler
         await cur.execute("SELECT pg_notify(%s, 'agent')", (NOTIFY_CHANNEL,))
     assert row is not None
+    if before is not None:  # a restarted agent registers again: its first sign of life
+        await _note_heard_again(conn, reg["name"], before[0], silence_seconds)
     return row[0]
 
 
-async def heartbeat(conn: AsyncConnection, agent_id: str) -> None:
+async def heartbeat(conn: AsyncConnection, agent_id: str,
+                    silence_seconds: float | None = None) -> None:
+    """``silence_seconds``: the liveness timeout; a heartbeat after a longer silence is
+    recorded (_note_heard_again). The row is read and updated in one statement (the read
+    locks it), so two heartbeats at once never both see the old silence; the usual heartbeat
+    costs no second statement (every claim heartbeats)."""
     cur = await conn.execute(
-        "UPDATE agents SET last_heartbeat_at = now() WHERE id = %s::uuid", (agent_id,))
-    if cur.rowcount == 0:
+        "WITH before AS (SELECT id, name, last_heartbeat_at FROM agents"
+        "                WHERE id = %s::uuid FOR UPDATE)"
+        " UPDATE agents a SET last_heartbeat_at = now() FROM before b WHERE a.id = b.id"
+        " RETURNING b.name, b.last_heartbeat_at,"
+        "           now() - b.last_heartbeat_at > make_interval(secs => %s::float8)",
+        (agent_id, silence_seconds))
+    row = await cur.fetchone()
+    if row is None:
         raise NotFound(f"agent {agent_id} is not registered; register again")
+    if row[2]:  # NULL (no timeout given) or false: nothing to record
+        await _note_heard_again(conn, row[0], row[1], silence_seconds)
 
 
 def _lease_base(agent_time: float | None) -> str:
@@ -110,7 +157,9 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
     (the agent's id of this claim, the same when it asks again after a lost answer) first
     hands back what an earlier claim with that id granted and the agent never started."""
     async with conn.transaction():
-        await heartbeat(conn, agent_id)
+        # the agent's liveness timeout is the lease (the reconciler's --agent-timeout defaults
+        # to it; the local environment sets both to LEASE_SECONDS)
+        await heartbeat(conn, agent_id, lease_seconds)
         again = await _claimed_again(conn, agent_id, claim_id, lease_seconds) if claim_id else []
         max_items -= len(again)
         if max_items <= 0:

@@ -69,12 +69,14 @@ async def destinations(conn: AsyncConnection, alive_seconds: float) -> dict[str,
                    WHERE t.state = ANY(%(active)s) GROUP BY t.agent_id) u ON u.agent_id = a.id""",
             {"alive": alive_seconds, "active": ActiveAttemptStates})
         rows = await cur.fetchall()
+    ignore_liveness = defects.enabled("liveness-ignored")  # seeded defect: test only
     return {
         r["name"]: Destination(
             agent_id=str(r["id"]), name=r["name"], pool=r["pool"], zone=r["zone"],
             region=r["region"], cpu_slots=r["cpu_slots"], accelerator_type=r["accelerator_type"],
             accelerator_count=r["accelerator_count"], datasets=tuple(r["datasets"]),
-            registries=tuple(r["registries"]), alive=r["alive"], breaker_open=r["breaker_open"],
+            registries=tuple(r["registries"]), alive=r["alive"] or ignore_liveness,
+            breaker_open=r["breaker_open"],
             used_cpu=int(r["used_cpu"]), used_accelerators=int(r["used_acc"]),
             waiting=int(r["waiting"]), recent_failures=r["consecutive_failures"])
         for r in rows

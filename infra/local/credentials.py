@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import secrets as random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ import httpx
 
 from infra.local.components import (
     APP_USER,
+    TOKEN_CACHE_SECONDS,
     agent_token_file,
     gameday_argv,
     secrets_dir,
@@ -166,13 +168,32 @@ class LocalCredentials:
             except EnvError as exc:
                 if "already revoked" not in str(exc):
                     raise
+        # when (at the latest) they were revoked: every later request with one is judged
+        # (slo/outcome_invariants.py retired-credentials-refused)
+        write_private(self.retired_file, json.dumps({**old, "revoked_at": time.time()}))
         return {"revoked": ids}
 
-    def refused(self, within: float) -> dict[str, Any]:
+    def refused(self, within: float,
+                record: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
         """Whether every retired credential is refused and every current one accepted,
         asking each API replica directly (each has its own token cache) until ``within``
-        seconds have passed. Values are reasons, never secrets."""
+        seconds have passed. Values are reasons, never secrets. ``record`` gets each request
+        made with a retired credential after its revocation (the fault timeline's
+        ``retired_credential_request`` notes: the evidence, not this answer, is what the
+        retired-credentials-refused invariant judges)."""
         old = self.retired()
+        revoked_at = old.get("revoked_at")
+
+        def note(kind: str, credential: str, replica: str | None, status: int,
+                 answer: str) -> None:
+            if record is None or revoked_at is None:
+                return  # before the revocation a retired credential may still work
+            record({"kind": kind, "credential": credential, "replica": replica,
+                    "revoked_at": revoked_at, "grace_seconds": TOKEN_CACHE_SECONDS
+                    if kind != "db_password" else 0.0,
+                    "accepted": status not in (0, 401), "status": status,
+                    "answer": answer[:160]})
+
         if not old:
             return {"refused": True, "note": "nothing was rotated"}
         secrets = self.env.info["secrets"]
@@ -186,6 +207,7 @@ class LocalCredentials:
             for replica, url in self.env.endpoints["api_replicas"].items():
                 while True:
                     got = _status(url, route, retired)
+                    note(f"{name}_token", token_id(retired), replica, got[0], got[1])
                     if got[0] == 401 or time.monotonic() > deadline:
                         break
                     time.sleep(0.5)
@@ -193,6 +215,9 @@ class LocalCredentials:
                 result[f"{name}@{replica}"] = {"retired": f"{got[0]} {got[1]}"[:160],
                                                "current": now[0]}
         result["db_password"] = self._old_password_refused(old["pg_app"])
+        note("db_password", APP_USER, None,
+             401 if result["db_password"].startswith("refused") else
+             200 if result["db_password"].startswith("ACCEPTED") else 0, result["db_password"])
         result["refused"] = all(
             v["retired"].startswith("401") and v["current"] != 401
             for k, v in result.items() if "@" in k) and result["db_password"].startswith("refused")

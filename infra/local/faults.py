@@ -436,7 +436,8 @@ class FaultInjector:
     def retired_credentials_refused(self, within: float) -> dict[str, Any]:
         from infra.local.credentials import LocalCredentials
 
-        return LocalCredentials(self.env).refused(within)
+        return LocalCredentials(self.env).refused(within, record=lambda details: self.timeline.record(
+            "note", "retired_credential_request", "controlplane", details))
 
 
     # -- zones ------------------------------------------------------------------------------

@@ -88,6 +88,9 @@ def test_credential_rotation_passes(clone: FreshClone) -> None:
     assert e["name"] == "credential-rotation" and e["recovery_seconds"] is not None, e
     checks = {c["id"]: c for c in verdict["checks"] if c["experiment"] == "credential-rotation"}
     assert checks["credential-rotation.invariant.leases-held"]["status"] == "pass", checks
+    refused = checks["credential-rotation.invariant.retired-credentials-refused"]
+    assert refused["status"] == "pass" and "request(s) with a retired" in refused["message"], (
+        refused)
     assert checks["credential-rotation.rpo.acknowledged_submissions"]["status"] == "pass", checks
     j = journal(run_dir, "credential-rotation")
     assert j["status"] == "completed" and not j["deviated"], j["status"]

@@ -41,8 +41,13 @@ def test_zone_outage_passes_measured(clone: FreshClone) -> None:
     assert e["recovery_seconds"] is not None and e["recovery_seconds"] <= e["rto_seconds"], e
     checks = {c["id"]: c for c in verdict["checks"]}
     for check in ("zone-outage.rto", "zone-outage.rpo.acknowledged_submissions",
-                  "zone-outage.invariant.eligible-placement"):
+                  "zone-outage.invariant.eligible-placement",
+                  "zone-outage.invariant.routed-to-live-agents"):
         assert checks[check]["status"] == "pass", checks[check]
+    # judged against the lost zone's agents: each heard again after its silence
+    lost = {json.loads(x)["agent"] for x in (run_dir / "snapshot" / "agent_liveness.jsonl")
+            .read_text().splitlines() if x}
+    assert lost and lost <= {"cpu-2", "gpu-1", "cpu-1", "gpu-2"}, lost
     j = journal(run_dir, "zone-outage")
     assert j["status"] == "completed" and not j["deviated"]
     faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]

@@ -118,5 +118,21 @@ def test_the_refusal_proof_needs_every_replica_to_refuse_every_retired_token(
         monkeypatch.setattr(creds, "_old_password_refused",
                             lambda pw: "ACCEPTED: the old database password still logs in")
         assert creds.refused(within=0.1)["refused"] is False
+        # the evidence retired-credentials-refused judges: each request made with a retired
+        # credential once it was revoked (none before: then it may still work)
+        records: list[dict] = []
+        creds.refused(within=0.1, record=records.append)
+        assert records == []
+        creds.retired_file.write_text(json.dumps({
+            **json.loads(creds.retired_file.read_text()), "revoked_at": 1.0}))
+        refused.discard("agent-old-0123456789")  # the old agent token accepted again
+        creds.refused(within=0.3, record=records.append)
+        agent = [r for r in records if r["kind"] == "agent_token"]
+        assert len(agent) > 2 and all(r["accepted"] and r["status"] == 200 for r in agent)
+        assert [r["accepted"] for r in records if r["kind"] == "project_token"] == [False] * 2
+        [password] = [r for r in records if r["kind"] == "db_password"]
+        assert password["accepted"] is True and password["grace_seconds"] == 0.0
+        assert all(r["revoked_at"] == 1.0 for r in records)
+        assert "-old-" not in json.dumps(records) and "old-password" not in json.dumps(records)
     finally:
         server.shutdown()
