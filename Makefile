@@ -23,7 +23,9 @@ test: setup
 ## The proofs make test leaves out for its 45-minute budget: the seeded defects of every class
 ## outside the core suite (clock skew, credential rotation, zone outage, upgrade, telemetry loss,
 ## pipeline recovery; the gray classes: network, object store, database disks), each caught by
-## its named objective, and Prefect's game day. Every class's healthy run stays in make test.
+## its named objective, the outcome invariants' second-path defects, the API fuzzing's deeper
+## passes, and Prefect's game day. Every class's healthy run but the overload class's stays in
+## make test.
 test-tier2: setup
 	$(VENV)/pytest -q -m tier2
 
