@@ -44,10 +44,6 @@ def test_zone_outage_passes_measured(clone: FreshClone) -> None:
                   "zone-outage.invariant.eligible-placement",
                   "zone-outage.invariant.routed-to-live-agents"):
         assert checks[check]["status"] == "pass", checks[check]
-    # judged against the lost zone's agents: each heard again after its silence
-    lost = {json.loads(x)["agent"] for x in (run_dir / "snapshot" / "agent_liveness.jsonl")
-            .read_text().splitlines() if x}
-    assert lost and lost <= {"cpu-2", "gpu-1", "cpu-1", "gpu-2"}, lost
     j = journal(run_dir, "zone-outage")
     assert j["status"] == "completed" and not j["deviated"]
     faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
@@ -59,6 +55,11 @@ def test_zone_outage_passes_measured(clone: FreshClone) -> None:
     assert {k: parts[k] for k in ("api", "database", "agents", "routes")} == zones[lost_zone]
     assert len(parts["api"]) == 1 and len(parts["database"]) == 1 and parts["agents"]
     assert parts["primary_lost"] is False
+    # routed-to-live-agents was judged against the lost zone's agents: each one (a system agent
+    # too, when its zone is the one lost) recorded as heard again after its silence
+    heard_again = {json.loads(x)["agent"] for x in
+                   (run_dir / "snapshot" / "agent_liveness.jsonl").read_text().splitlines() if x}
+    assert set(parts["agents"]) <= heard_again, (parts["agents"], heard_again)
     (end,) = [f for f in faults if f["event"] == "fault_end" and f["fault"] == "zone_outage"]
     # every part of the zone was really down: restore_zone had to start each one again
     assert set(end["details"]["restarted"]) == {*parts["api"], *parts["database"],
