@@ -42,6 +42,14 @@ class Kind(str, Enum):
     RATIO = "ratio"
     COUNT = "count"
     OUTCOME = "outcome"
+    INTERVALS = "checkpoint intervals"
+
+
+# Checkpoint progress recomputed depends on where between two checkpoints the fault lands:
+# anywhere in [0, 1) interval for one kill (healthy local runs: 0 to 0.64 for zone-outage, 0.3
+# to 1.0 for checkpoint-power-loss). Only a whole interval more than the baseline says that
+# checkpoints were skipped or lost.
+INTERVAL_SLACK = 1.0
 
 
 def kind_of(check_id: str) -> Kind:
@@ -49,6 +57,8 @@ def kind_of(check_id: str) -> Kind:
         return Kind.RATIO
     if check_id.endswith(".rto") or ".alert." in check_id:
         return Kind.DURATION
+    if check_id.endswith(".rpo.checkpoint_progress"):
+        return Kind.INTERVALS
     if check_id.endswith(".experiment"):
         return Kind.OUTCOME
     # .rpo.*, .invariant.*, evidence.dropped and anything new that counts losses
@@ -59,6 +69,10 @@ def kind_of(check_id: str) -> Kind:
 class Tolerances:
     percent: float = 20.0  # durations: at most this much slower
     points: float = 0.1  # ratios: at most this many percentage points lower
+    # durations: or at most this many seconds slower, whichever is more. A recovery measured
+    # on a 5 s grid, or held back by a 30 s breaker cooldown that the fault's end may miss by
+    # a fraction of a second, moves in steps no percentage of a short baseline covers
+    seconds: float = 0.0
 
 
 class ArchivedObjective(BaseModel):
@@ -172,10 +186,15 @@ def _compare_value(kind: Kind, base: float, cur: float, tol: Tolerances) -> tupl
         return ("better" if points > tol.points + 1e-9 else "same"), change
     if kind is Kind.DURATION:
         change = f"{cur - base:+.1f}s{_pct(base, cur)}"
-        slack = abs(base) * tol.percent / 100.0
+        slack = max(abs(base) * tol.percent / 100.0, tol.seconds)
         if cur > base + slack:
             return "regressed", change
         return ("better" if cur < base - slack else "same"), change
+    if kind is Kind.INTERVALS:
+        change = f"{cur - base:+.2g} intervals"
+        if cur > base + INTERVAL_SLACK + 1e-9:
+            return "regressed", change
+        return ("better" if cur < base - INTERVAL_SLACK - 1e-9 else "same"), change
     change = f"{cur - base:+g}"  # counts: nothing lost is the only good count
     if cur > base:
         return "regressed", change
@@ -226,4 +245,5 @@ def compare(checks: Sequence[Check], baseline: IndexEntry | None, archive: str, 
     return BaselineComparison(
         archive=archive, run_id=baseline.run_id if baseline else None,
         started_at=baseline.started_at if baseline else None, note=note,
-        tolerance_percent=tol.percent, tolerance_points=tol.points, objectives=rows)
+        tolerance_percent=tol.percent, tolerance_points=tol.points,
+        tolerance_seconds=tol.seconds, objectives=rows)

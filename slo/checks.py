@@ -64,6 +64,15 @@ def _not_measured(id_: str, e: ExperimentResult, objective: str, expected: str, 
                  message=f"not measured: {e.not_measured_reason}")
 
 
+def excused_text(s: SliSummary) -> str:
+    """What the run-wide count leaves to the experiments (slo/fault_impact.py)."""
+    if not s.excused:
+        return ""
+    by = ", ".join(f"{name} {n}" for name, n in s.excused_by.items())
+    return (f"; {s.excused} more inside the faults' impact windows ({s.excused_bad} bad), "
+            f"judged by their experiments' RTO: {by}")
+
+
 def sli_checks(specs: Specs, slis: list[SliSummary], baseline: dict[str, float]) -> list[Check]:
     g = specs.gate
     out = []
@@ -72,7 +81,8 @@ def sli_checks(specs: Specs, slis: list[SliSummary], baseline: dict[str, float])
         warning = [] if s.key else [Criterion.at_least(
             budget.value_at_full_budget(s.target, s.duration_seconds, s.window_seconds))]
         message = (NO_DATA if s.total == 0 else f"{s.good}/{s.total} good"
-                   + (f", burn rate {s.burn_rate:.2f}x" if s.burn_rate is not None else ""))
+                   + (f", burn rate {s.burn_rate:.2f}x" if s.burn_rate is not None else "")
+                   ) + excused_text(s)
         check = _check(
             f"sli.{s.name}", None, f"{s.display_name} >= {s.target:g}", s.value,
             [Criterion.at_least(s.target)], warning, g.weight_sli, s.key, baseline, message,

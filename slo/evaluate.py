@@ -22,12 +22,13 @@ from slo.dropped import PROM_QUERY as DROPPED_QUERY
 from slo.dropped import dropped_evidence
 from slo.evidence import Evidence, EvidenceError, load_evidence
 from slo.experiment import evaluate_experiment, missing_experiment, owner_windows
+from slo.fault_impact import ImpactWindow, Judged, excuse, impact_windows
 from slo.prices import PriceError, PriceTable, load_prices
 from slo.run_index import RunIndex, burn, slice_width
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
 from slo.specs import Budgeting, Slo, Specs, load_specs
-from slo.verdict import Demonstration, SliSummary, Verdict
+from slo.verdict import Demonstration, ExperimentResult, SliSummary, Verdict
 
 __all__ = [
     "EXIT_EVIDENCE",
@@ -87,6 +88,12 @@ def compute_outcomes(run: RunIndex) -> dict[str, list[Outcome]]:
     }
 
 
+def _judged(e: ExperimentResult) -> Judged:
+    return Judged(e.name, e.fault_start if e.measured else None, e.rto_seconds,
+                  tuple(w.name for w in e.slis),
+                  e.fault_end if e.recovered_by == "goodput" else None)
+
+
 def _bad_subjects(outcomes: Iterable[Outcome], limit: int = 10) -> list[str]:
     return [o.subject for o in outcomes if not o.good][:limit]
 
@@ -99,11 +106,14 @@ def demonstration(slo: Slo, good: int, total: int) -> Demonstration | None:
     return Demonstration(**asdict(confidence.demonstrate(good, total, slo.objective.target)))
 
 
-def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]]) -> list[SliSummary]:
+def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]],
+                   windows: Sequence[ImpactWindow] = ()) -> list[SliSummary]:
+    """Each SLI over the run, outside the faults' impact windows (slo/fault_impact.py)."""
     duration = max(run.snapshot - run.start, 1e-9)
     out = []
     for slo in run.specs.slos:
-        good, total = sli.count(outcomes[slo.name])
+        excused = excuse(slo.name, outcomes[slo.name], windows)
+        good, total = sli.count(excused.kept)
         value = budget.sli_value(good, total)
         rate, consumed = burn(slo, value, duration)
         out.append(
@@ -124,8 +134,11 @@ def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]]) -> list[Sl
                 budget_consumed=consumed,
                 objective_met=budget.objective_met(value, slo.objective.target),
                 key=slo.name in run.specs.gate.key_slis,
-                details={"bad_examples": _bad_subjects(outcomes[slo.name])},
+                details={"bad_examples": _bad_subjects(excused.kept)},
                 demonstration=demonstration(slo, good, total),
+                excused=excused.count,
+                excused_bad=sum(not o.good for o in outcomes[slo.name]) - (total - good),
+                excused_by=excused.by_experiment,
             )
         )
     return out
@@ -178,7 +191,6 @@ def evaluate_evidence(
 ) -> Verdict:
     run = RunIndex.of(evidence, specs)
     outcomes = compute_outcomes(run)
-    slis = summarize_slis(run, outcomes)
     owners = owner_windows(evidence.experiments, run.snapshot)
     ordered = sorted(evidence.experiments, key=lambda e: e.journal.start)
     # an experiment is judged up to the next one's start at most: the next fault's effects
@@ -188,6 +200,9 @@ def evaluate_evidence(
         e.name: evaluate_experiment(run, e, outcomes, owners[e.name], nxt)
         for e, nxt in zip(ordered, next_starts)
     }
+    windows = impact_windows([_judged(judged[e.name]) for e in ordered], next_starts,
+                             specs.gate.key_slis)
+    slis = summarize_slis(run, outcomes, windows)
     # every expected experiment gets a result, with or without a journal
     experiments = [
         judged[name] if name in judged else missing_experiment(run, name)
@@ -206,7 +221,8 @@ def evaluate_evidence(
     )
     comparison = None if baseline_source is None else compare(
         checks, baseline_source.entry, baseline_source.archive, baseline_source.note,
-        Tolerances(specs.gate.relative_tolerance_percent, specs.gate.baseline_tolerance_points))
+        Tolerances(specs.gate.relative_tolerance_percent, specs.gate.baseline_tolerance_points,
+                   specs.gate.baseline_tolerance_seconds))
     decision = decide(checks, experiments, gate, specs.gate.warning_score,
                       comparison.ids("regressed") if comparison else (),
                       comparison.run_id if comparison else None)

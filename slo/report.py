@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from slo.baseline import INTERVAL_SLACK
 from slo.charts import goodput_text, legend_items, load_svg, timeline_svg
 from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
@@ -70,6 +71,16 @@ DEMONSTRATION_NOTE = (
     "ratio meets the objective but too few events were seen to show it; scored as a pass.")
 
 
+EXCUSED_NOTE = (
+    "Fault impact windows: outcomes of a non-key SLI that an experiment declares, from its "
+    "fault's start until its RTO has passed, are judged by that experiment's RTO and shown as "
+    "\"+N in fault windows\"; good / total counts the rest of the run. Key SLIs are never left out.")
+
+
+def _excused_cell(s: SliSummary) -> str:
+    return f" (+{s.excused} in fault windows, {s.excused_bad} bad)" if s.excused else ""
+
+
 def not_demonstrated(verdict: Verdict) -> list[tuple[Check, Demonstration]]:
     """Passing objectives whose events do not demonstrate them (slo/confidence.py)."""
     return [(c, c.demonstration) for c in verdict.checks
@@ -122,8 +133,10 @@ def baseline_summary(verdict: Verdict) -> str | None:
                                                "not measured") if n[r])
     head = (f"Compared with run {b.run_id}" if b.run_id is not None
             else "No baseline")
-    return (f"{head} ({b.note}; durations within +/-{b.tolerance_percent:g}%, ratios within "
-            f"{b.tolerance_points:g} points count as the same; archive {b.archive}): "
+    seconds = f" or {b.tolerance_seconds:g} s" if b.tolerance_seconds else ""
+    return (f"{head} ({b.note}; durations within +/-{b.tolerance_percent:g}%{seconds}, "
+            f"ratios within {b.tolerance_points:g} points, checkpoint progress within "
+            f"{INTERVAL_SLACK:g} interval count as the same; archive {b.archive}): "
             f"{counts or 'no objectives'}.")
 
 
@@ -199,8 +212,10 @@ def render_markdown(verdict: Verdict) -> str:
         lines.append(
             f"| {s.display_name}{' (key)' if s.key else ''} | {status_label(c.status if c else None)} | "
             f"{demonstration_text(s)} | "
-            f"{fmt_pct(s.value)} | {fmt_pct(s.target)} | {s.good} / {s.total} | {burn} | {fmt_pct(s.budget_consumed)} |"
+            f"{fmt_pct(s.value)} | {fmt_pct(s.target)} | {s.good} / {s.total}{_excused_cell(s)} | {burn} | {fmt_pct(s.budget_consumed)} |"
         )
+    if any(s.excused for s in verdict.slis):
+        lines += ["", EXCUSED_NOTE]
     if any(s.demonstration is not None for s in verdict.slis):
         lines += ["", DEMONSTRATION_NOTE]
     dropped = by_id.get("evidence.dropped")
@@ -334,6 +349,8 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         demonstration=demonstration_text,
         demonstration_note=(DEMONSTRATION_NOTE if any(s.demonstration is not None
                                                       for s in verdict.slis) else None),
+        excused_cell=_excused_cell,
+        excused_note=EXCUSED_NOTE if any(s.excused for s in verdict.slis) else None,
         checks_by_exp={e.name: _exp_checks(verdict, e.name) for e in verdict.experiments},
         exp_status={e.name: experiment_status(verdict, e.name) for e in verdict.experiments},
         # no fault window, no timeline: a chart of a not-measured experiment would invent one

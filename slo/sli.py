@@ -155,11 +155,15 @@ def scheduling_delay(
 
 
 def startup_success(attempts: Iterable[Attempt]) -> list[Outcome]:
+    """Attempts that reached running, against attempts that failed before it (the image,
+    credential or data failure the SLI names, as the live metric controlplane_startup_failures
+    counts). An attempt lost before it started (its agent died or was cut off) is not a start
+    that failed: its operation's fate is judged by time-to-usable-result and durability."""
     out = []
     for a in attempts:
         if a.started_at is not None:
             out.append(Outcome(ts(a.started_at), True, a.id))
-        elif a.state in ("failed", "lost"):
+        elif a.state == "failed":
             when = a.finished_at or a.created_at
             out.append(Outcome(ts(when), False, a.id))
     return out

@@ -77,6 +77,11 @@ class SliSummary(_M):
     # event ratios only (Occurrences budgeting) with events: time slices of one timeline are not
     # independent trials. None there, without events, and in verdicts written before it
     demonstration: Demonstration | None = None
+    # outcomes left to the experiments that declare this SLI, inside their impact windows
+    # (slo/fault_impact.py): good/total above count the rest. 0 in verdicts written before it
+    excused: int = 0
+    excused_bad: int = 0
+    excused_by: dict[str, int] = Field(default_factory=dict)
 
 
 class SliWindow(_M):
@@ -222,6 +227,7 @@ class BaselineComparison(_M):
     note: str
     tolerance_percent: float
     tolerance_points: float
+    tolerance_seconds: float = 0.0  # 0 in verdicts written before it
     objectives: list[ObjectiveComparison] = Field(default_factory=list)
 
     def ids(self, result: BaselineResult) -> list[str]:

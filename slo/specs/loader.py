@@ -536,6 +536,7 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "weightExperiment": "weight_experiment",
             "relativeTolerancePercent": "relative_tolerance_percent",
             "baselineTolerancePoints": "baseline_tolerance_points",
+            "baselineToleranceSeconds": "baseline_tolerance_seconds",
             "minRemainingBudget": "min_remaining_budget",
         },
     ),

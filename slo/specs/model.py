@@ -214,6 +214,9 @@ class GateSettings(_Frozen):
     # vs the last passing archived run (slo/baseline.py): ratio SLIs may drop this many
     # percentage points; durations use relative_tolerance_percent
     baseline_tolerance_points: float = Field(default=0.1, ge=0)
+    # ... and durations may also grow by this many seconds, whichever is more (slo/baseline.py):
+    # set it from the spread of repeated healthy runs of the environment
+    baseline_tolerance_seconds: float = Field(default=0.0, ge=0)
     # budget-aware scheduling (slo/budget_gate.py): a game day with --budget-check skips when
     # an SLO it touches has less than this share of its window's error budget left
     min_remaining_budget: float = Field(default=0.25, ge=0, le=1)
