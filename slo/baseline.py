@@ -162,8 +162,34 @@ def last_passing(entries: Iterable[IndexEntry], suite: str, env: str, run_id: st
                  started_at: float) -> IndexEntry | None:
     """The newest passing run of `suite` in `env` that started before this one (never the run
     itself, never a later run: re-evaluating an old run compares it with what came before)."""
-    return next((e for e in select(entries, suite, env)
-                 if e.passed and e.run_id != run_id and e.started_at < started_at), None)
+    runs = recent_passing(entries, suite, env, run_id, started_at, 1)
+    return runs[0] if runs else None
+
+
+def recent_passing(entries: Iterable[IndexEntry], suite: str, env: str, run_id: str,
+                   started_at: float, n: int) -> list[IndexEntry]:
+    """Up to ``n`` passing runs of `suite` in `env` that started before this one, newest
+    first (the same rules as last_passing)."""
+    return [e for e in select(entries, suite, env)
+            if e.passed and e.run_id != run_id and e.started_at < started_at][:max(n, 0)]
+
+
+def worst_of(check_id: str, past: Sequence[ArchivedObjective]) -> ArchivedObjective | None:
+    """One objective over several baseline runs, as the worst any of them measured (Keptn's
+    several_results with a max/min aggregate): a run regresses only when it is worse than
+    every recent passing run, so one run that happened to be fast is not the bar. Durations,
+    counts and intervals: the largest; ratios: the smallest; outcomes: the worst status."""
+    if not past:
+        return None
+    kind = kind_of(check_id)
+    values = [p.measured for p in past if p.measured is not None]
+    measured = None
+    if values:
+        measured = min(values) if kind is Kind.RATIO else max(values)
+    ranked = [p.status for p in past if p.status in _RANK]
+    status = min(ranked, key=_RANK.__getitem__) if ranked else past[0].status
+    return ArchivedObjective(id=check_id, experiment=past[0].experiment,
+                             objective=past[0].objective, measured=measured, status=status)
 
 
 # --------------------------------------------------------------------------- the comparison
@@ -234,16 +260,24 @@ def compare_objective(check: Check, past: ArchivedObjective | None,
     return row(result, change)
 
 
-def compare(checks: Sequence[Check], baseline: IndexEntry | None, archive: str, note: str,
-            tol: Tolerances) -> BaselineComparison:
-    """Every check of this run against `baseline` (None: no passing run to compare with)."""
-    past = {o.id: o for o in baseline.objectives} if baseline is not None else {}
-    rows = [compare_objective(c, past.get(c.id), tol) for c in checks]
-    if baseline is None:  # say why there is nothing to compare with
+def compare(checks: Sequence[Check], baseline: IndexEntry | Sequence[IndexEntry] | None,
+            archive: str, note: str, tol: Tolerances) -> BaselineComparison:
+    """Every check of this run against the baseline runs, newest first (one entry or None:
+    no passing run to compare with), each objective against the worst of them (worst_of)."""
+    runs: list[IndexEntry] = ([] if baseline is None else [baseline]
+                              if isinstance(baseline, IndexEntry) else list(baseline))
+    by_id: dict[str, list[ArchivedObjective]] = {}
+    for entry in runs:
+        for o in entry.objectives:
+            by_id.setdefault(o.id, []).append(o)
+    rows = [compare_objective(c, worst_of(c.id, by_id.get(c.id, [])), tol) for c in checks]
+    if not runs:  # say why there is nothing to compare with
         rows = [r.model_copy(update={"change": note}) if r.result == "no baseline" else r
                 for r in rows]
+    newest = runs[0] if runs else None
     return BaselineComparison(
-        archive=archive, run_id=baseline.run_id if baseline else None,
-        started_at=baseline.started_at if baseline else None, note=note,
+        archive=archive, run_id=newest.run_id if newest else None,
+        run_ids=[e.run_id for e in runs],
+        started_at=newest.started_at if newest else None, note=note,
         tolerance_percent=tol.percent, tolerance_points=tol.points,
         tolerance_seconds=tol.seconds, objectives=rows)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from slo import budget, confidence, sli
 from slo.archive import Archive, ArchiveError
-from slo.baseline import IndexEntry, Tolerances, compare, last_passing
+from slo.baseline import IndexEntry, Tolerances, compare, recent_passing
 from slo.budget_gate import BUDGET_CHECK_FILE, BudgetCheck
 from slo.checks import build_checks
 from slo.cost import CostSummary, inputs_from_evidence, summarize
@@ -28,7 +28,7 @@ from slo.run_index import RunIndex, burn, slice_width
 from slo.scoring import Scored, Status, gate_outcome
 from slo.sli import Outcome, ts
 from slo.specs import Budgeting, Slo, Specs, load_specs
-from slo.verdict import Demonstration, ExperimentResult, SliSummary, Verdict
+from slo.verdict import BaselineComparison, Demonstration, ExperimentResult, SliSummary, Verdict
 
 __all__ = [
     "EXIT_EVIDENCE",
@@ -86,6 +86,15 @@ def compute_outcomes(run: RunIndex) -> dict[str, list[Outcome]]:
             ev.operations, run.events_by_op, result_value, result_op, run.snapshot
         ),
     }
+
+
+def _baseline_label(comparison: BaselineComparison | None) -> str | None:
+    """How the reason names the baseline: one run, or the newest of several (worst of)."""
+    if comparison is None or comparison.run_id is None:
+        return None
+    n = len(comparison.run_ids)
+    return comparison.run_id if n <= 1 else (
+        f"{comparison.run_id} (each objective against the worst of the last {n} passing runs)")
 
 
 def _judged(e: ExperimentResult) -> Judged:
@@ -172,8 +181,14 @@ class BaselineSource:
     """Where the baseline was looked for, what was found (None: no passing run) and why."""
 
     archive: str
-    entry: IndexEntry | None
+    entry: IndexEntry | None  # the newest baseline run
     note: str
+    # the baseline runs, newest first (entry is the first); () with entry alone: just it
+    entries: tuple[IndexEntry, ...] = ()
+
+    @property
+    def runs(self) -> tuple[IndexEntry, ...]:
+        return self.entries or ((self.entry,) if self.entry is not None else ())
 
 
 def _report_order(evidence: Evidence, present: list[str]) -> list[str]:
@@ -220,12 +235,12 @@ def evaluate_evidence(
         specs.gate.warning_score,
     )
     comparison = None if baseline_source is None else compare(
-        checks, baseline_source.entry, baseline_source.archive, baseline_source.note,
+        checks, baseline_source.runs, baseline_source.archive, baseline_source.note,
         Tolerances(specs.gate.relative_tolerance_percent, specs.gate.baseline_tolerance_points,
                    specs.gate.baseline_tolerance_seconds))
     decision = decide(checks, experiments, gate, specs.gate.warning_score,
                       comparison.ids("regressed") if comparison else (),
-                      comparison.run_id if comparison else None)
+                      _baseline_label(comparison))
     findings = [f for e in experiments for f in e.findings]
     findings += [
         f"SLI {s.name} missed its objective ({s.value:.5f} < {s.target:g})"
@@ -301,7 +316,8 @@ def evaluate_run(
     source = None
     if baseline_archive is not None:
         r = evidence.run
-        source = find_baseline(baseline_archive, r.run_id, r.suite, r.env, ts(r.started_at))
+        source = find_baseline(baseline_archive, r.run_id, r.suite, r.env, ts(r.started_at),
+                               specs.gate.baseline_runs)
     verdict = evaluate_evidence(evidence, specs, [Path(d) for d in baseline_dirs],
                                 relative_last, source, prices_for(spec_dir))
     check = read_budget_check(Path(run_dir))
@@ -321,17 +337,19 @@ def read_budget_check(run_dir: Path) -> BudgetCheck | None:
 
 
 def find_baseline(archive: Archive, run_id: str, suite: str, env: str,
-                  started_at: float) -> BaselineSource:
-    """The last passing run of `suite` in `env` before this one. An unreadable archive is no
-    baseline, said in the note: the run's own verdict must not depend on its history."""
+                  started_at: float, runs: int = 1) -> BaselineSource:
+    """The last ``runs`` passing runs of `suite` in `env` before this one. An unreadable archive
+    is no baseline, said in the note: the run's own verdict must not depend on its history."""
     try:
         entries = archive.entries()
     except ArchiveError as exc:
         return BaselineSource(archive.location, None, f"no baseline: archive unreadable: {exc}")
-    entry = last_passing(entries, suite, env, run_id, started_at)
-    if entry is None:
+    found = recent_passing(entries, suite, env, run_id, started_at, runs)
+    if not found:
         return BaselineSource(archive.location, None,
                               f"no passing run of suite {suite} in env {env} before this one "
                               f"in {archive.location}")
-    return BaselineSource(archive.location, entry,
-                          f"last passing run of suite {suite} in env {env}")
+    what = ("last passing run" if len(found) == 1
+            else f"worst of the last {len(found)} passing runs")
+    return BaselineSource(archive.location, found[0], f"{what} of suite {suite} in env {env}",
+                          tuple(found))

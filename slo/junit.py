@@ -89,7 +89,8 @@ def junit_xml(verdict: Verdict) -> str:
         for o in b.objectives:
             case = ET.SubElement(suite, "testcase", classname="gameday.baseline",
                                  name=f"{o.id}.baseline", time="0")
-            detail = (f"baseline run: {b.run_id or 'none'}\nbaseline: {o.baseline}\n"
+            runs = f" (worst of {', '.join(b.run_ids)})" if len(b.run_ids) > 1 else ""
+            detail = (f"baseline run: {b.run_id or 'none'}{runs}\nbaseline: {o.baseline}\n"
                       f"current: {o.current}\nchange: {o.change}")
             if o.result in ("no baseline", "not measured"):
                 ET.SubElement(case, "skipped", message=f"{o.result}: {o.change}")

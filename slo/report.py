@@ -131,8 +131,10 @@ def baseline_summary(verdict: Verdict) -> str | None:
     n = Counter(o.result for o in b.objectives)
     counts = ", ".join(f"{n[r]} {r}" for r in ("regressed", "better", "same", "no baseline",
                                                "not measured") if n[r])
-    head = (f"Compared with run {b.run_id}" if b.run_id is not None
-            else "No baseline")
+    head = ("No baseline" if b.run_id is None
+            else f"Compared with run {b.run_id}" if len(b.run_ids) <= 1
+            else f"Compared with the last {len(b.run_ids)} passing runs, newest {b.run_id}, "
+                 "each objective against the worst of them")
     seconds = f" or {b.tolerance_seconds:g} s" if b.tolerance_seconds else ""
     return (f"{head} ({b.note}; durations within +/-{b.tolerance_percent:g}%{seconds}, "
             f"ratios within {b.tolerance_points:g} points, checkpoint progress within "

@@ -222,7 +222,10 @@ class BaselineComparison(_M):
     `run_id` is None when there was none; every objective then says "no baseline"."""
 
     archive: str
-    run_id: str | None
+    run_id: str | None  # the newest baseline run
+    # every baseline run, newest first: each objective is compared with the worst of them
+    # (slo/baseline.py worst_of). [run_id] in verdicts written before it
+    run_ids: list[str] = Field(default_factory=list)
     started_at: float | None = None
     note: str
     tolerance_percent: float

@@ -537,6 +537,7 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
             "relativeTolerancePercent": "relative_tolerance_percent",
             "baselineTolerancePoints": "baseline_tolerance_points",
             "baselineToleranceSeconds": "baseline_tolerance_seconds",
+            "baselineRuns": "baseline_runs",
             "minRemainingBudget": "min_remaining_budget",
         },
     ),

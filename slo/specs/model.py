@@ -217,6 +217,9 @@ class GateSettings(_Frozen):
     # ... and durations may also grow by this many seconds, whichever is more (slo/baseline.py):
     # set it from the spread of repeated healthy runs of the environment
     baseline_tolerance_seconds: float = Field(default=0.0, ge=0)
+    # how many of the last passing archived runs make the baseline: each objective is compared
+    # with the worst of them, so one run that happened to be fast is not the bar
+    baseline_runs: int = Field(default=5, ge=1)
     # budget-aware scheduling (slo/budget_gate.py): a game day with --budget-check skips when
     # an SLO it touches has less than this share of its window's error budget left
     min_remaining_budget: float = Field(default=0.25, ge=0, le=1)
