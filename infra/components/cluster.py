@@ -1,5 +1,6 @@
 """EKS control plane: no default node group, API authentication, OIDC for IRSA, pinned
-version, managed core add-ons, secrets envelope-encrypted with the data key."""
+version, the DaemonSet add-ons (VPC CNI, kube-proxy), secrets envelope-encrypted with the data
+key. CoreDNS needs nodes: ``addons.NodeAddons`` creates it after the system node group."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ class Cluster(pulumi.ComponentResource):
             vpc_cni_options=eks.VpcCniOptionsArgs(
                 enable_network_policy=True, resolve_conflicts_on_update="OVERWRITE"
             ),
-            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(**addon),
+            # Not here: inside the component it is created before any node (addons.py).
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(**addon),
             tags=naming.tags(self.name),
             opts=child(self),

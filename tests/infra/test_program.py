@@ -19,7 +19,23 @@ def test_cluster_is_api_auth_oidc_pinned_without_default_nodes(runs: dict[str, R
     assert (p["authenticationMode"], p["createOidcProvider"], p["skipDefaultNodeGroup"]) == ("API", True, True)
     assert p["version"] == "1.33" and p["name"] == f"mlplatform-{stack}"
     assert p["vpcCniOptions"]["enableNetworkPolicy"] is True
-    assert p["corednsAddonOptions"]["enabled"] and p["kubeProxyAddonOptions"]["enabled"]
+    assert p["kubeProxyAddonOptions"]["enabled"]
+    # CoreDNS is not created inside the component (before any node): see the next test.
+    assert p["corednsAddonOptions"]["enabled"] is False
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_coredns_is_an_addon_created_after_the_system_node_group(runs: dict[str, Run], stack: str) -> None:
+    from infra.deploy_graph import build
+
+    run = runs[stack]
+    graph = build(run.layer(stack), [stack])
+    addon = graph.nodes[run.one("aws:eks/addon:Addon", "coredns").urn]
+    assert addon.props["addonName"] == "coredns"
+    assert addon.props["clusterName"] == f"mlplatform-{stack}"
+    before = graph.before(addon)
+    assert run.one(MNG, "pool-system").urn in before
+    assert run.one("eks:index:Cluster").urn in before
 
 
 def test_network_zones_nat_endpoints_flow_logs(runs: dict[str, Run]) -> None:
