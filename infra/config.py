@@ -8,6 +8,7 @@ Config keys are camelCase (Pulumi's convention); Python attributes are snake_cas
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -84,11 +85,34 @@ class NetworkConfig(_Model):
         return self
 
 
+# Example address ranges: a CIDR inside one is a placeholder copied from documentation.
+DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
+
+
 class ClusterConfig(_Model):
     # Pinned: the Kubernetes manifests are validated against this exact version's schema.
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")]
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] = Field(default_factory=list)
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _real_cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR block ({exc})") from None
+            placeholder = next((d for d in DOCUMENTATION_NETWORKS
+                                if net.version == d.version and net.subnet_of(d)), None)  # type: ignore[arg-type]
+            if placeholder is not None:
+                raise ValueError(
+                    f"{cidr!r} is a documentation range ({placeholder}, RFC 5737/3849), not your "
+                    "network: set your deploy machine's egress CIDR, or set "
+                    "endpointPublicAccess: false and deploy through the in-VPC runner "
+                    "(docs/infra.md, Deploy path)")
+        return cidrs
 
     @model_validator(mode="after")
     def _public_needs_cidrs(self) -> ClusterConfig:
