@@ -91,7 +91,8 @@ def test_artifact_replication_follows_objective_scope(runs: dict[str, Run]) -> N
     assert len([b for b in runs["prod"].of_type("aws:s3/bucket:Bucket") if "-artifacts" in b.name]) == 2
     for stack in ("dev", "staging"):
         assert runs[stack].of_type("aws:s3/bucketReplicationConfig:BucketReplicationConfig") == []
-    lifecycle = runs["dev"].one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    lifecycle = runs["dev"].one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+                                "artifacts")
     ids = {r["id"] for r in lifecycle.props["rules"]}
     assert ids == {"abort-incomplete-uploads", "expire-noncurrent-versions"}
 
