@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from infra.deployability import LOG_RETENTION_DAYS
@@ -63,20 +71,22 @@ DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 InstanceType = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")]
 
 
+def _cloudwatch_retention(days: int) -> int:
+    if days not in LOG_RETENTION_DAYS:
+        raise ValueError(f"{days} is not a retention CloudWatch Logs accepts; one of "
+                         f"{sorted(LOG_RETENTION_DAYS)}")
+    return days
+
+
+LogRetentionDays = Annotated[int, AfterValidator(_cloudwatch_retention)]
+
+
 class NetworkConfig(_Model):
     cidr: str = "10.0.0.0/16"
     availability_zones: list[str] = Field(min_length=2, max_length=3)
     # "perAz" survives the loss of one AZ's NAT; "single" is a cost trade-off for dev.
     nat_gateways: Literal["single", "perAz"] = "perAz"
-    flow_log_retention_days: int = 30
-
-    @field_validator("flow_log_retention_days")
-    @classmethod
-    def _retention_cloudwatch_accepts(cls, days: int) -> int:
-        if days not in LOG_RETENTION_DAYS:
-            raise ValueError(f"{days} is not a retention CloudWatch Logs accepts; one of "
-                             f"{sorted(LOG_RETENTION_DAYS)}")
-        return days
+    flow_log_retention_days: LogRetentionDays = 30
 
     @model_validator(mode="after")
     def _distinct_zones(self) -> NetworkConfig:
@@ -95,6 +105,8 @@ class ClusterConfig(_Model):
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")]
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] = Field(default_factory=list)
+    # /aws/eks/<cluster>/cluster, declared before the cluster (components/cluster.py)
+    log_retention_days: LogRetentionDays = 90
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -201,6 +213,8 @@ class DatabaseConfig(_Model):
     multi_az: bool | None = None
     backup_retention_days: int | None = Field(default=None, ge=0, le=35)
     deletion_protection: bool | None = None
+    # /aws/rds/instance/<id>/<export>, declared before the instance (components/database.py)
+    log_retention_days: LogRetentionDays = 30
 
     @field_validator("engine_version")
     @classmethod

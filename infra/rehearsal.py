@@ -18,7 +18,10 @@ guaranteed to exist before this one (``Graph.before``), never merely registered 
   nodes it launches itself);
 * ``job-inputs``: a Job (the migration hook that gates the Deployments) runs images pinned by
   digest and every Secret it reads is created (a Secret, or an ExternalSecret targeting it)
-  before it.
+  before it;
+* ``log-groups-first``: a log group AWS would create itself at the first write (EKS
+  control-plane logs, RDS log exports) is declared, by that exact name, before the cluster or
+  instance that writes to it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.deploy_graph import DEFAULT_NODE_GROUP, EKS_ADDON, Graph, Node
+from infra.deploy_graph import DEFAULT_NODE_GROUP, EKS_ADDON, EKS_CLUSTER, Graph, Node
 from infra.deployability import Finding
 from infra.placement import EKS_EFFECTS, Placement, Pool, why_not
 
@@ -332,12 +335,44 @@ def rule_job_inputs(graph: Graph) -> list[Finding]:
     return out
 
 
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+
+
+def aws_made_log_groups(node: Node) -> list[str]:
+    """Log groups AWS creates itself (no retention, no KMS, no tags) when ``node`` first
+    writes to one that does not exist: EKS control-plane logs, RDS log exports."""
+    if node.type in (EKS_CLUSTER, "aws:eks/cluster:Cluster") and \
+            node.props.get("enabledClusterLogTypes") and node.props.get("name"):
+        return [f"/aws/eks/{node.props['name']}/cluster"]
+    if node.type == "aws:rds/instance:Instance" and node.props.get("identifier"):
+        return [f"/aws/rds/instance/{node.props['identifier']}/{export}"
+                for export in node.props.get("enabledCloudwatchLogsExports") or []]
+    return []
+
+
+def rule_log_groups_first(graph: Graph) -> list[Finding]:
+    out = []
+    for node in graph.nodes.values():
+        wanted = aws_made_log_groups(node)
+        if not wanted:
+            continue
+        declared = {str(n.props.get("name")) for n in graph.existing(node) if n.type == LOG_GROUP}
+        for group in wanted:
+            if group not in declared:
+                out.append(Finding("log-groups-first", node.label, f"log group {group} is not "
+                                   "declared before it: AWS creates it at the first write "
+                                   "with no retention, KMS key or tags, and declaring it "
+                                   "later fails as already existing"))
+    return out
+
+
 RULES: dict[str, Callable[[Graph], list[Finding]]] = {
     "addon-nodes": rule_addon_nodes,
     "pods-nodes": rule_pods_nodes,
     "crd-first": rule_crd_first,
     "karpenter-system": rule_karpenter_system,
     "job-inputs": rule_job_inputs,
+    "log-groups-first": rule_log_groups_first,
 }
 
 

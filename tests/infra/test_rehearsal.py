@@ -194,3 +194,29 @@ def test_before_is_dependencies_not_registration_order() -> None:
     g = Graph(nodes={n.urn: n for n in (a, b, c, d)}, stacks=("s",))
     assert g.before(b) == frozenset()
     assert g.before(d) == {a.urn, c.urn}  # a component dependency means its descendants
+
+
+def test_mutation_cluster_not_waiting_for_its_log_group(dev: Graph) -> None:
+    """Issue 49 item 5: EKS creates /aws/eks/<cluster>/cluster itself when the group is not
+    there first; the declared group would then fail as already existing."""
+    graph = mutated(dev, lambda n: n.type == "eks:index:Cluster", drop_deps("control-plane-logs"))
+    findings = rehearse(graph)
+    assert [f.check for f in findings] == ["log-groups-first"]
+    assert "/aws/eks/" in findings[0].message and "/cluster" in findings[0].message
+
+
+def test_mutation_database_not_waiting_for_its_log_groups(dev: Graph) -> None:
+    graph = mutated(dev, lambda n: n.type == "aws:rds/instance:Instance",
+                    drop_deps("logs-postgresql", "logs-upgrade"))
+    findings = rehearse(graph)
+    assert sorted(f.message.split()[2].rsplit("/", 1)[-1] for f in findings) == [
+        "postgresql", "upgrade"]
+    assert {f.check for f in findings} == {"log-groups-first"}
+
+
+def test_mutation_database_export_without_a_declared_group(dev: Graph) -> None:
+    graph = mutated(dev, lambda n: n.type == "aws:rds/instance:Instance",
+                    props(enabledCloudwatchLogsExports=["postgresql", "upgrade", "iam-db-auth-error"]))
+    findings = rehearse(graph)
+    assert [f.check for f in findings] == ["log-groups-first"]
+    assert findings[0].message.split()[2].endswith("/iam-db-auth-error")
