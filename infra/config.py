@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from infra import versions
 from infra.deployability import LOG_RETENTION_DAYS
 
 PROJECT = "mlplatform"
@@ -107,6 +108,8 @@ class ClusterConfig(_Model):
     public_access_cidrs: list[str] = Field(default_factory=list)
     # /aws/eks/<cluster>/cluster, declared before the cluster (components/cluster.py)
     log_retention_days: LogRetentionDays = 90
+    # a kubernetesVersion past EKS standard support is refused without it (infra/versions.py)
+    allow_extended_support: bool = False
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -522,6 +525,11 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
     check_game_day(cfg, source)
+    try:
+        versions.check_versions(cfg.cluster.kubernetes_version,
+                                cfg.cluster.allow_extended_support, source)
+    except versions.VersionError as exc:
+        raise ConfigError(str(exc)) from None
     return cfg
 
 
