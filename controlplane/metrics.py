@@ -53,3 +53,26 @@ RECONCILER_PASSES = Counter("controlplane_reconciler_passes_total", "Reconciler 
 CLOCK_OFFSET = Gauge("controlplane_reconciler_clock_offset_seconds",
                      "The reconciler's wall clock minus the database's (reported only: leases "
                      "are measured on the database's clock, controlplane/clock.py)")
+
+# Which process serves each metric slo/ rules read on its /metrics (the
+# app.kubernetes.io/component of its pods, infra/components/controlplane.py): the API counts
+# what it answers and what agents report to it, the reconciler what its passes see; a metric
+# served by both needs both scraped. infra/slo_inputs.py holds each cloud stack's SLO rules to
+# what its monitors scrape.
+SERVED_BY: dict[str, tuple[str, ...]] = {
+    "controlplane_http_requests_total": ("api",),
+    "controlplane_http_request_duration_seconds": ("api",),
+    "controlplane_submissions_total": ("api",),
+    "controlplane_stale_reports_total": ("api",),
+    "controlplane_attempts_finished_total": ("api", "reconciler"),  # lost: the reconciler
+    "controlplane_startup_failures_total": ("api",),
+    "controlplane_artifact_writes_total": ("api",),
+    "controlplane_scheduling_delay_seconds": ("api",),
+    "controlplane_queue_age_seconds": ("reconciler",),
+    "controlplane_pending_operations": ("reconciler",),
+    "controlplane_operations": ("reconciler",),
+    "controlplane_progress_stale_operations": ("reconciler",),
+    "controlplane_lease_expiries_total": ("reconciler",),
+    "controlplane_retries_total": ("reconciler",),
+    "controlplane_dispatch_latency_seconds": ("reconciler",),
+}

@@ -93,12 +93,15 @@ PROM_QUERIES = {
     # Prometheus's own liveness: a gap means its evidence of that stretch is lost (slo/telemetry.py)
     SCRAPES_QUERY: SCRAPES_PROMQL,
 }
-# No HAProxy in front of the API in the cloud (a Service): its metric does not exist there.
-CLOUD_PROM_QUERIES = {k: q for k, q in PROM_QUERIES.items() if k != "api_requests"}
+# No HAProxy in front of the API in the cloud (a Service): the API's own request counter, as
+# the cloud SLO rules read it (slo/metrics.py API_REQUEST_SOURCES["api"]), by status code.
+CLOUD_PROM_QUERIES = {
+    **PROM_QUERIES,
+    "api_requests": ('sum by (code) (rate(controlplane_http_requests_total'
+                     '{route!~"/healthz|/readyz|/metrics"}[30s]))'),
+}
 # Always true of a cloud run; written to collection-gaps.json so nobody looks for them.
 CLOUD_GAPS = {
-    "prometheus/api_requests.json": "HAProxy backend metrics exist only in the local "
-                                    "environment; API availability comes from requests.jsonl",
     "component logs": "pod logs are not copied into the run directory; read them with "
                       "kubectl logs in the control-plane namespace",
 }

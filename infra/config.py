@@ -8,6 +8,7 @@ Config keys are camelCase (Pulumi's convention); Python attributes are snake_cas
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -16,9 +17,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from infra import versions
 from infra.deployability import LOG_RETENTION_DAYS
 
 PROJECT = "mlplatform"
@@ -62,20 +72,22 @@ DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 InstanceType = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")]
 
 
+def _cloudwatch_retention(days: int) -> int:
+    if days not in LOG_RETENTION_DAYS:
+        raise ValueError(f"{days} is not a retention CloudWatch Logs accepts; one of "
+                         f"{sorted(LOG_RETENTION_DAYS)}")
+    return days
+
+
+LogRetentionDays = Annotated[int, AfterValidator(_cloudwatch_retention)]
+
+
 class NetworkConfig(_Model):
     cidr: str = "10.0.0.0/16"
     availability_zones: list[str] = Field(min_length=2, max_length=3)
     # "perAz" survives the loss of one AZ's NAT; "single" is a cost trade-off for dev.
     nat_gateways: Literal["single", "perAz"] = "perAz"
-    flow_log_retention_days: int = 30
-
-    @field_validator("flow_log_retention_days")
-    @classmethod
-    def _retention_cloudwatch_accepts(cls, days: int) -> int:
-        if days not in LOG_RETENTION_DAYS:
-            raise ValueError(f"{days} is not a retention CloudWatch Logs accepts; one of "
-                             f"{sorted(LOG_RETENTION_DAYS)}")
-        return days
+    flow_log_retention_days: LogRetentionDays = 30
 
     @model_validator(mode="after")
     def _distinct_zones(self) -> NetworkConfig:
@@ -84,11 +96,38 @@ class NetworkConfig(_Model):
         return self
 
 
+# Example address ranges: a CIDR inside one is a placeholder copied from documentation.
+DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
+
+
 class ClusterConfig(_Model):
     # Pinned: the Kubernetes manifests are validated against this exact version's schema.
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")]
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] = Field(default_factory=list)
+    # /aws/eks/<cluster>/cluster, declared before the cluster (components/cluster.py)
+    log_retention_days: LogRetentionDays = 90
+    # a kubernetesVersion past EKS standard support is refused without it (infra/versions.py)
+    allow_extended_support: bool = False
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _real_cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR block ({exc})") from None
+            placeholder = next((d for d in DOCUMENTATION_NETWORKS
+                                if net.version == d.version and net.subnet_of(d)), None)  # type: ignore[arg-type]
+            if placeholder is not None:
+                raise ValueError(
+                    f"{cidr!r} is a documentation range ({placeholder}, RFC 5737/3849), not your "
+                    "network: set your deploy machine's egress CIDR, or set "
+                    "endpointPublicAccess: false and deploy through the in-VPC runner "
+                    "(docs/infra.md, Deploy path)")
+        return cidrs
 
     @model_validator(mode="after")
     def _public_needs_cidrs(self) -> ClusterConfig:
@@ -177,6 +216,8 @@ class DatabaseConfig(_Model):
     multi_az: bool | None = None
     backup_retention_days: int | None = Field(default=None, ge=0, le=35)
     deletion_protection: bool | None = None
+    # /aws/rds/instance/<id>/<export>, declared before the instance (components/database.py)
+    log_retention_days: LogRetentionDays = 30
 
     @field_validator("engine_version")
     @classmethod
@@ -484,6 +525,11 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
     check_game_day(cfg, source)
+    try:
+        versions.check_versions(cfg.cluster.kubernetes_version,
+                                cfg.cluster.allow_extended_support, source)
+    except versions.VersionError as exc:
+        raise ConfigError(str(exc)) from None
     return cfg
 
 

@@ -91,11 +91,15 @@ class OfflineMocks(pulumi.runtime.Mocks):
 class OfflineMonitor(MockMonitor):
     """Resource references off: remote components then receive URNs instead of live
     resource objects, which otherwise get deserialized on another event loop (flaky).
-    Also remembers each resource's provider reference (``<provider urn>::<id>``)."""
+    Also remembers each resource's provider reference (``<provider urn>::<id>``), parent and
+    dependencies (explicit ``depends_on`` and the resources its Output inputs came from): the
+    order the engine would create things in (infra/deploy_graph.py)."""
 
     def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
         super().__init__(mocks)
         self.providers: dict[str, str] = {}
+        self.parents: dict[str, str] = {}
+        self.dependencies: dict[str, tuple[str, ...]] = {}
 
     def SupportsFeature(self, request: Any) -> Any:
         ok = request.id not in ("outputValues", "resourceReferences")
@@ -112,13 +116,19 @@ class OfflineMonitor(MockMonitor):
         response = super().RegisterResource(request)
         if request.provider:
             self.providers[response.urn] = request.provider
+        self.parents[response.urn] = request.parent
+        deps = set(request.dependencies)
+        for prop in request.propertyDependencies.values():
+            deps.update(prop.urns)
+        self.dependencies[response.urn] = tuple(sorted(deps))
         return response
 
 
 @dataclass(frozen=True)
 class Resource:
-    """One declared resource: URN, type token, logical name, inputs (camelCase) and the
-    provider reference it was registered with ("" = the default provider)."""
+    """One declared resource: URN, type token, logical name, inputs (camelCase), the provider
+    reference it was registered with ("" = the default provider), its parent's URN and the
+    URNs it depends on (``depends_on`` and Output inputs), in registration order."""
 
     urn: str
     type: str
@@ -126,6 +136,8 @@ class Resource:
     props: dict[str, Any]
     id: str = ""
     provider: str = ""
+    parent: str = ""
+    dependencies: tuple[str, ...] = ()
 
     @property
     def stack(self) -> str:
@@ -245,7 +257,9 @@ def run_stack(stack: str, config: dict[str, Any], mocks: OfflineMocks,
     resources = [
         Resource(urn=reg.urn, type=reg.urn.split("::")[2].split("$")[-1], name=reg.urn.split("::")[3],
                  props=dict(reg.state), id=reg.id or "",
-                 provider=monitor.providers.get(reg.urn, "").rsplit("::", 1)[0])
+                 provider=monitor.providers.get(reg.urn, "").rsplit("::", 1)[0],
+                 parent=monitor.parents.get(reg.urn, ""),
+                 dependencies=monitor.dependencies.get(reg.urn, ()))
         for reg in monitor.get_registered_resources().values()
     ]
     return resources, exports

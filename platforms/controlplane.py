@@ -440,14 +440,18 @@ def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str 
     return write_objects(s3_client(endpoint, bucket, region), bucket, path, operations)
 
 
+# Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/...,
+# local-checkpoints/<op>/... (the records of node-local checkpoints). The evidence reads every
+# object under these (write_objects); the cloud game-day role may read exactly these
+# (infra/components/identity.py).
+EVIDENCE_PREFIXES = ("checkpoints", "artifacts", "local-checkpoints")
+
+
 def _belongs(key: str, operations: set[str] | None) -> bool:
-    """Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/...,
-    local-checkpoints/<op>/... (the records of node-local checkpoints)."""
     if operations is None:
         return True
     parts = key.split("/", 2)
-    return (len(parts) > 2 and parts[0] in ("checkpoints", "artifacts", "local-checkpoints")
-            and parts[1] in operations)
+    return len(parts) > 2 and parts[0] in EVIDENCE_PREFIXES and parts[1] in operations
 
 
 def write_objects(s3: Any, bucket: str, path: Path, operations: set[str] | None = None) -> int:

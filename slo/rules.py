@@ -14,7 +14,7 @@ from typing import Any
 
 from slo.budget import scaled_window
 from slo.durations import format_duration
-from slo.metrics import LABEL_VALUE_KEYS, METRICS
+from slo.metrics import LABEL_VALUE_KEYS, metric_values
 from slo.specs import IndicatorKind, Slo, SpecError, Specs
 
 RULES_VERSION = "gameday-slo-rules/v1"
@@ -26,9 +26,12 @@ def _num(value: float) -> str:
     return f"{float(value):.12g}"
 
 
-def _render(template: str, slo: Slo, **extra: str) -> str:
+def _render(template: str, slo: Slo, metrics: dict[str, str], **extra: str) -> str:
+    values = {**metrics, **extra}
     try:
-        return Template(template).substitute({**METRICS, **extra})
+        text = Template(template).substitute(values)
+        # a source's query names its metric and window as placeholders too: one more pass
+        return Template(text).substitute(values) if "${" in text else text
     except KeyError as exc:
         raise SpecError(
             f"{slo.source}: SLO {slo.name!r}: query placeholder {exc} has no value"
@@ -43,27 +46,29 @@ def _le_matcher(value: float) -> str:
     )
 
 
-def error_ratio_expr(slo: Slo, window: str, slice_seconds: float) -> str:
+def error_ratio_expr(slo: Slo, window: str, slice_seconds: float,
+                     metrics: dict[str, str]) -> str:
+    """`metrics`: every placeholder's value in the environment (slo.metrics.metric_values)."""
     prom = slo.indicator.prometheus
     if prom is None:
         raise SpecError(f"{slo.source}: SLO {slo.name!r} has no Prometheus source")
     if slo.indicator.kind is IndicatorKind.RATIO:
-        bad = _render(prom.bad or "", slo, window=window)
-        total = _render(prom.total or "", slo, window=window)
+        bad = _render(prom.bad or "", slo, metrics, window=window)
+        total = _render(prom.total or "", slo, metrics, window=window)
         return f"({bad})\n/\n({total})"
     obj = slo.objective
     assert obj.value is not None and obj.op is not None  # loader guarantees it for thresholds
     if prom.histogram:
-        metric = _render(prom.query or "", slo, window=window)
+        metric = _render(prom.query or "", slo, metrics, window=window)
         if obj.op not in ("lt", "lte"):
             raise SpecError(f"{slo.source}: SLO {slo.name!r}: histogram thresholds need op lt/lte")
         good = f'sum(rate({metric}_bucket{{le=~"{_le_matcher(obj.value)}"}}[{window}]))'
         return f"1 - (\n  {good}\n  /\n  sum(rate({metric}_count[{window}]))\n)"
     slice_ = format_duration(obj.time_slice_window_seconds or slice_seconds)
     if prom.good_query:
-        good = _render(prom.good_query, slo, window=window, threshold=_num(obj.value))
+        good = _render(prom.good_query, slo, metrics, window=window, threshold=_num(obj.value))
     else:
-        query = _render(prom.query or "", slo, window=window)
+        query = _render(prom.query or "", slo, metrics, window=window)
         good = f"({query}) {_BOOL_OP[obj.op]} bool {_num(obj.value)}"
     return f"1 - avg_over_time(({good})[{window}:{slice_}])"
 
@@ -98,7 +103,8 @@ def sli_rules(slo: Slo, specs: Specs) -> list[dict[str, Any]]:
     return [
         {
             "record": _record_name(w),
-            "expr": error_ratio_expr(slo, w, specs.evaluation.time_slice_seconds),
+            "expr": error_ratio_expr(slo, w, specs.evaluation.time_slice_seconds,
+                                     metric_values(specs.rules.api_requests)),
             "labels": _labels(slo),
         }
         for w in windows
@@ -183,14 +189,17 @@ INPUT_JOB_LOOKBACK = "1h"
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def input_metrics(slo: Slo) -> list[str]:
-    """The metric names the SLO's generated rules read (a histogram's `_count` series)."""
+def input_metrics(slo: Slo, specs: Specs) -> list[str]:
+    """The metric names the SLO's generated rules read in `specs`'s environment (a
+    histogram's `_count` series)."""
     prom = slo.indicator.prometheus
     if prom is None:
         return []
+    metrics = metric_values(specs.rules.api_requests)
     templates = [prom.bad, prom.total, prom.query, prom.good_query]
     keys = [k for t in templates if t for k in _PLACEHOLDER.findall(t)]
-    names = [METRICS[k] for k in dict.fromkeys(keys) if k in METRICS and k not in LABEL_VALUE_KEYS]
+    keys += [k for q in keys if q in metrics for k in _PLACEHOLDER.findall(metrics[q])]
+    names = [metrics[k] for k in dict.fromkeys(keys) if k in metrics and k not in LABEL_VALUE_KEYS]
     return [f"{n}_count" if prom.histogram else n for n in names]
 
 
@@ -215,7 +224,7 @@ def telemetry_rules(specs: Specs) -> list[dict[str, Any]]:
             "alert objectives as no data."),
     }]
     for slo in specs.slos:
-        metrics = input_metrics(slo)
+        metrics = input_metrics(slo, specs)
         if not metrics or not slo.alert_policies:
             continue
         selector = f'{{__name__=~"{"|".join(re.escape(m) for m in metrics)}"}}'

@@ -176,10 +176,14 @@ class ArtifactStore(pulumi.ComponentResource):
                     replication_time=aws.s3.BucketReplicationConfigRuleDestinationReplicationTimeArgs(
                         status="Enabled", time=aws.s3.BucketReplicationConfigRuleDestinationReplicationTimeTimeArgs(minutes=15),
                     ) if rtc else None,
+                    # Replication metrics on with or without RTC: the replication alarm
+                    # (observability.py) reads OperationsFailedReplication, which S3 publishes
+                    # only for rules with metrics on. The event threshold belongs to RTC.
                     metrics=aws.s3.BucketReplicationConfigRuleDestinationMetricsArgs(
                         status="Enabled",
-                        event_threshold=aws.s3.BucketReplicationConfigRuleDestinationMetricsEventThresholdArgs(minutes=15),
-                    ) if rtc else None,
+                        event_threshold=aws.s3.BucketReplicationConfigRuleDestinationMetricsEventThresholdArgs(
+                            minutes=15) if rtc else None,
+                    ),
                 ),
             )],
             # Replication needs versioning on both sides first.

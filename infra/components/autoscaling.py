@@ -33,10 +33,13 @@ from infra.components.identity import WorkloadIdentity
 from infra.components.instance_types import pool_limits
 from infra.components.nodepools import pool_labels, pool_taints
 from infra.config import CapacityType, GpuNodePoolConfig, NodePoolConfig
+from infra.versions import KARPENTER_CHART_VERSION
 
 CHART = "oci://public.ecr.aws/karpenter/karpenter"
 # 1.5 is the first Karpenter release supporting Kubernetes 1.33 (the stacks' version).
-CHART_VERSION = "1.5.4"  # last 1.5 patch (supports Kubernetes 1.29-1.33)
+# last 1.5 patch (supports Kubernetes 1.29-1.33): checked against the pinned Kubernetes
+# version in infra/versions.py
+CHART_VERSION = KARPENTER_CHART_VERSION
 NAMESPACE = "karpenter"
 SERVICE_ACCOUNT = "karpenter"
 

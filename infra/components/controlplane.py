@@ -382,7 +382,9 @@ class ControlPlane(pulumi.ComponentResource):
                 "--api", f"http://controlplane-api.{self.namespace}.svc:{API_PORT}",
                 "--token", "$(AGENT_TOKEN)", "--name", f"{self._naming.prefix}-{pool}",
                 "--pool", pool, "--zone", "multi-az", "--region", self._in.region,
-                "--cpu-slots", str(cpu_slots), "--metrics-port", str(METRICS_PORT),
+                "--cpu-slots", str(cpu_slots),
+                # on the pod IP, not the CLI's loopback default: the PodMonitor scrapes it
+                "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT),
                 "--bucket", self._in.bucket_name]
         if isinstance(cfg, GpuNodePoolConfig):
             args += ["--accelerator-type", cfg.accelerator_type,

@@ -11,6 +11,13 @@ from infra.objectives import DatabaseSettings
 
 DB_NAME = "controlplane"
 DB_PORT = 5432
+LOG_EXPORTS = ("postgresql", "upgrade")
+
+
+def rds_log_group(identifier: str, export: str) -> str:
+    """The log group RDS publishes an export to (RDS user guide, "Publishing PostgreSQL logs
+    to Amazon CloudWatch Logs")."""
+    return f"/aws/rds/instance/{identifier}/{export}"
 
 
 class Database(pulumi.ComponentResource):
@@ -57,6 +64,19 @@ class Database(pulumi.ComponentResource):
             tags=naming.tags(f"{name}-params"),
             opts=child(self),
         )
+        # RDS creates /aws/rds/instance/<id>/<export> itself at the first export (no
+        # retention, no KMS, no tags) unless it exists: declared first, one per export.
+        log_groups = [
+            aws.cloudwatch.LogGroup(
+                f"{name}-logs-{export}",
+                name=rds_log_group(self.identifier, export),
+                retention_in_days=cfg.log_retention_days,
+                kms_key_id=kms_key_arn,
+                tags=naming.tags(rds_log_group(self.identifier, export), DataClass.TELEMETRY),
+                opts=child(self),
+            )
+            for export in LOG_EXPORTS
+        ]
         db = aws.rds.Instance(
             f"{name}-postgres",
             identifier=self.identifier,
@@ -89,10 +109,10 @@ class Database(pulumi.ComponentResource):
             auto_minor_version_upgrade=True,
             performance_insights_enabled=True,
             performance_insights_kms_key_id=kms_key_arn,
-            enabled_cloudwatch_logs_exports=["postgresql", "upgrade"],
+            enabled_cloudwatch_logs_exports=list(LOG_EXPORTS),
             iam_database_authentication_enabled=True,
             tags=naming.tags(self.identifier, DataClass.CONTROL_PLANE_STATE),
-            opts=child(self, protect=settings.deletion_protection),
+            opts=child(self, protect=settings.deletion_protection, depends_on=log_groups),
         )
         self.address = db.address
         self.master_secret_arn = db.master_user_secrets.apply(

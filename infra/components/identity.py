@@ -16,6 +16,7 @@ from infra.components.common import (
     child,
     policy_output,
 )
+from platforms.controlplane import EVIDENCE_PREFIXES
 
 
 class WorkloadIdentity(pulumi.ComponentResource):
@@ -111,15 +112,16 @@ def game_day_fault_statements(
         {"Sid": "ArtifactStoreUnreachable", "Effect": "Allow",
          "Action": ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"],
          "Resource": [arn("arn:aws:s3:::", b) for b in bucket_names]},
-        # ... and read-only evidence: the object listing and the completion/checkpoint manifests
-        # (snapshot/objects.jsonl, the store-vs-artifacts reconciliation). Never write/delete.
+        # ... and read-only evidence: snapshot/objects.jsonl lists the bucket and reads every
+        # object of the run's operations under EVIDENCE_PREFIXES (platforms.controlplane
+        # write_objects: sha256 of each, manifests parsed). Nothing else; never write/delete.
         {"Sid": "EvidenceReadOnly", "Effect": "Allow",
          "Action": ["s3:ListBucket"],
          "Resource": [arn("arn:aws:s3:::", b) for b in bucket_names]},
         {"Sid": "EvidenceManifestsReadOnly", "Effect": "Allow",
          "Action": ["s3:GetObject"],
-         "Resource": [arn("arn:aws:s3:::", b, "/", prefix, "*")
-                      for b in bucket_names for prefix in ("artifacts/", "checkpoints/")]},
+         "Resource": [arn("arn:aws:s3:::", b, f"/{prefix}/*")
+                      for b in bucket_names for prefix in EVIDENCE_PREFIXES]},
         *node_faults,
     ]
 

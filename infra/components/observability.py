@@ -171,7 +171,10 @@ class Alarms(pulumi.ComponentResource):
                 comparison_operator=op, threshold=threshold, statistic=stat,
                 # Window derived from the failure class's RTO (infra.objectives.derive_alarm_window).
                 period=window.period_seconds, evaluation_periods=window.evaluation_periods,
-                treat_missing_data="breaching" if key == "rds-connections-zero" else "notBreaching",
+                # Missing data is never an outage here: before the application layer is
+                # deployed nothing connects, and a breaching default held the FIS stop
+                # condition in ALARM (the FIS experiments could not start).
+                treat_missing_data="notBreaching",
                 alarm_actions=[topic.arn], ok_actions=[topic.arn],
                 tags=naming.tags(naming.name(key), DataClass.TELEMETRY),
                 opts=child(self),

@@ -14,6 +14,7 @@ import pulumi_aws as aws
 
 from infra import objectives as obj
 from infra import slo_source
+from infra.components.addons import NodeAddons
 from infra.components.artifacts import ArtifactStore
 from infra.components.autoscaling import KarpenterAws
 from infra.components.cluster import Cluster
@@ -62,6 +63,9 @@ def build() -> None:
     # by the application layer on the AWS side prepared here.
     system_pool = NodePool(f"{p}-pool-system", "system", cfg.node_pools.system, naming,
                            cluster.cluster, cluster.node_roles["system"], network.private_subnet_ids)
+    # Add-ons whose pods need a node: after the system pool exists, never inside the cluster.
+    NodeAddons(f"{p}-addons", naming, cluster.name, system_pool,
+               opts=pulumi.ResourceOptions(depends_on=[cluster.cluster]))
     registry = Registry(f"{p}-ecr", cfg.registry, naming, key.arn)
     artifacts = ArtifactStore(f"{p}-artifacts", cfg.artifacts, artifact_settings, naming, key.arn,
                               account_id)

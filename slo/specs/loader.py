@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from slo.durations import parse_duration
 from slo.invariants import KNOWN_INVARIANTS
-from slo.metrics import METRICS
+from slo.metrics import API_REQUEST_SOURCES, PLACEHOLDER_KEYS
 from slo.specs.model import (
     ENVIRONMENTS,
     FAILURE_CLASSES,
@@ -169,9 +169,10 @@ def _check_query(doc: _Doc, field: str, query: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         raise doc.error(field, "must be a non-empty PromQL string")
     for key in _PLACEHOLDER.findall(query):
-        if key not in METRICS and key not in _TEMPLATE_VARS:
+        if key not in PLACEHOLDER_KEYS and key not in _TEMPLATE_VARS:
             raise doc.error(
-                field, f"unknown placeholder ${{{key}}} (not in slo/metrics.py METRICS)"
+                field, f"unknown placeholder ${{{key}}} (not in slo/metrics.py METRICS or "
+                       "API_REQUEST_SOURCES)"
             )
     return query
 
@@ -543,7 +544,8 @@ _SETTINGS_FIELDS: dict[str, tuple[type[BaseModel], dict[str, str]]] = {
     ),
     "rules": (
         RuleSettings,
-        {"minWindow": "min_window_seconds", "evaluationInterval": "evaluation_interval_seconds"},
+        {"minWindow": "min_window_seconds", "evaluationInterval": "evaluation_interval_seconds",
+         "apiRequests": "api_requests"},
     ),
 }
 
@@ -701,6 +703,10 @@ def load_specs(env: str = "local", spec_dir: str | Path | None = None) -> Specs:
     settings = {section: _parse_settings(env_doc, section) for section in _SETTINGS_FIELDS}
     gate = settings["gate"]
     assert isinstance(gate, GateSettings)
+    source = getattr(settings["rules"], "api_requests", None)
+    if source not in API_REQUEST_SOURCES:
+        raise env_doc.error("spec.rules.apiRequests",
+                            f"unknown source {source!r} (known: {', '.join(API_REQUEST_SOURCES)})")
     for i, name in enumerate(gate.key_slis):
         if name not in slo_names:
             raise env_doc.error(f"spec.gate.keySlis[{i}]", f"no SLO named {name!r}")

@@ -191,6 +191,9 @@ class RuleSettings(_Frozen):
 
     min_window_seconds: float = Field(default=300.0, gt=0)
     evaluation_interval_seconds: float = Field(default=30.0, gt=0)
+    # what exports the API's request outcomes there (slo/metrics.py API_REQUEST_SOURCES): no
+    # default, a new environment says it
+    api_requests: str
 
 
 class GateSettings(_Frozen):

@@ -72,8 +72,10 @@ def test_deploy_runner_needs_a_backend_where_the_endpoint_is_private() -> None:
     # staging's endpoint is private: the runner is on by default and needs the state backend
     msg = _error("staging", {"mlplatform:deployRunner": {"backendUrl": None}})
     assert "mlplatform:deployRunner: Value error, backendUrl is required" in msg
-    # dev's endpoint is public: off by default; switched on explicitly it needs one too
-    msg = _error("dev", {"mlplatform:deployRunner": {"enabled": True}})
+    # a public endpoint: off by default; switched on explicitly it needs one too
+    msg = _error("dev", {"mlplatform:cluster": {"endpointPublicAccess": True,
+                                                "publicAccessCidrs": ["198.18.7.0/24"]},
+                         "mlplatform:deployRunner": {"enabled": True, "backendUrl": None}})
     assert "mlplatform:deployRunner: Value error, backendUrl is required" in msg
 
 
@@ -88,10 +90,10 @@ def test_deploy_runner_default_follows_the_endpoint() -> None:
             raw["cluster"] = {**raw["cluster"], **cluster}
         return parse_stack_config(raw).deploy_runner
 
-    assert parsed("dev").enabled is False
+    assert parsed("dev").enabled is True  # dev deploys in the VPC too unless told otherwise
     assert parsed("staging").enabled is True
     assert parsed("staging", {"endpointPublicAccess": True,
-                              "publicAccessCidrs": ["203.0.113.0/24"]}).enabled is False
+                              "publicAccessCidrs": ["198.18.7.0/24"]}).enabled is False
     assert parsed("prod").backend_url == "s3://mlplatform-pulumi-state-prod"
 
 
@@ -102,3 +104,28 @@ def test_deploy_runner_fields_are_checked() -> None:
     assert "mlplatform:deployRunner.timeoutMinutes: Input should be less than or equal to 480" in msg
     msg = _error("prod", {"mlplatform:deployRunner": {"computeTyp": "BUILD_GENERAL1_SMALL"}})
     assert "mlplatform:deployRunner.computeTyp: unknown key" in msg
+
+
+@pytest.mark.parametrize("cidr", ["203.0.113.0/24", "198.51.100.7/32", "192.0.2.0/28", "2001:db8::/48"])
+def test_public_endpoint_placeholder_cidr_is_refused(cidr: str) -> None:
+    """A documentation range copied into publicAccessCidrs reaches nobody (issue 49 item 2)."""
+    msg = _error("dev", {"mlplatform:cluster": {"endpointPublicAccess": True,
+                                                "publicAccessCidrs": [cidr]}})
+    assert "Pulumi.dev.yaml" in msg and "mlplatform:cluster.publicAccessCidrs" in msg
+    assert "documentation range" in msg and "endpointPublicAccess: false" in msg
+
+
+def test_public_access_cidr_must_be_a_network() -> None:
+    msg = _error("dev", {"mlplatform:cluster": {"endpointPublicAccess": True,
+                                                "publicAccessCidrs": ["10.0.0.1/8"]}})
+    assert "mlplatform:cluster.publicAccessCidrs" in msg and "is not a CIDR block" in msg
+
+
+def test_committed_stack_configs_need_no_public_placeholder() -> None:
+    from tests.infra.harness import stack_config
+
+    for stack in ("dev", "staging", "prod"):
+        cluster = stack_config(stack)["mlplatform:cluster"]
+        assert cluster.get("endpointPublicAccess") is not True or cluster.get("publicAccessCidrs")
+        assert not any(c.startswith(("203.0.113.", "198.51.100.", "192.0.2."))
+                       for c in cluster.get("publicAccessCidrs") or [])

@@ -265,7 +265,7 @@ def test_backend_statements(url: str, expected: list[list[str]]) -> None:
 
 
 @pytest.mark.parametrize(("stack", "targets"), [
-    ("dev", None),  # public endpoint: no runner
+    ("dev", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),  # private endpoint by default
     ("staging", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),
     ("prod", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),  # the default repositories
 ])

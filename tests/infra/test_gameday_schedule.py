@@ -238,12 +238,14 @@ def test_irsa_role_is_bound_to_the_service_account_and_scoped_to_the_stack(runs:
     assert by_action["rds:RebootDBInstance"]["Resource"] == [f"arn:aws:rds:eu-west-1:123456789012:db:{db}"]
     bucket = _bucket_id(run)
     assert by_action["s3:PutBucketPolicy"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
-    # evidence is read-only: the listing, and objects under the two manifest prefixes only;
-    # objects are written under the run archive's prefix only
+    # evidence is read-only: the listing, and objects under the evidence prefixes only
+    # (test_gameday_evidence_iam.py checks them against what the evidence reads); objects
+    # are written under the run archive's prefix only
     assert by_action["s3:ListBucket"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
     assert sorted(by_action["s3:GetObject"]["Resource"]) == [
         f"arn:aws:s3:::{bucket}/artifacts/*", f"arn:aws:s3:::{bucket}/checkpoints/*",
-        f"arn:aws:s3:::{bucket}/gameday-archive/*"]
+        f"arn:aws:s3:::{bucket}/gameday-archive/*",
+        f"arn:aws:s3:::{bucket}/local-checkpoints/*"]
     assert by_action["s3:PutObject"]["Resource"] == [f"arn:aws:s3:::{bucket}/gameday-archive/*"]
     key = run.one("aws:kms/key:Key", "-data-key").props["arn"]
     assert by_action["kms:Decrypt"]["Resource"] == by_action["kms:GenerateDataKey"]["Resource"] == [key]

@@ -77,7 +77,10 @@ def test_availability_objective_comes_from_the_recovery_objectives_of_the_data_c
     # the data stores say what they hold
     by_type = {r.type: r.data_class for r in rows}
     assert by_type["aws:rds/instance:Instance"] == DataClass.CONTROL_PLANE_STATE.value
-    assert by_type["aws:s3/bucket:Bucket"] == DataClass.ARTIFACTS.value
+    # the artifact bucket holds artifacts; the deploy runner's source bucket is platform
+    buckets = {r.name: r.data_class for r in rows if r.type == "aws:s3/bucket:Bucket"}
+    assert {n: c for n, c in buckets.items() if "-artifacts" in n} == {
+        "mlplatform-dev-artifacts-bucket": DataClass.ARTIFACTS.value}
     assert by_type["aws:ecr/repository:Repository"] == DataClass.IMAGES.value
     assert by_type["aws:kms/key:Key"] == DataClass.ENCRYPTION_KEYS.value
     assert {DataClass.PLATFORM, DataClass.TELEMETRY} <= seen

@@ -19,7 +19,23 @@ def test_cluster_is_api_auth_oidc_pinned_without_default_nodes(runs: dict[str, R
     assert (p["authenticationMode"], p["createOidcProvider"], p["skipDefaultNodeGroup"]) == ("API", True, True)
     assert p["version"] == "1.33" and p["name"] == f"mlplatform-{stack}"
     assert p["vpcCniOptions"]["enableNetworkPolicy"] is True
-    assert p["corednsAddonOptions"]["enabled"] and p["kubeProxyAddonOptions"]["enabled"]
+    assert p["kubeProxyAddonOptions"]["enabled"]
+    # CoreDNS is not created inside the component (before any node): see the next test.
+    assert p["corednsAddonOptions"]["enabled"] is False
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_coredns_is_an_addon_created_after_the_system_node_group(runs: dict[str, Run], stack: str) -> None:
+    from infra.deploy_graph import build
+
+    run = runs[stack]
+    graph = build(run.layer(stack), [stack])
+    addon = graph.nodes[run.one("aws:eks/addon:Addon", "coredns").urn]
+    assert addon.props["addonName"] == "coredns"
+    assert addon.props["clusterName"] == f"mlplatform-{stack}"
+    before = graph.before(addon)
+    assert run.one(MNG, "pool-system").urn in before
+    assert run.one("eks:index:Cluster").urn in before
 
 
 def test_network_zones_nat_endpoints_flow_logs(runs: dict[str, Run]) -> None:
@@ -75,7 +91,8 @@ def test_artifact_replication_follows_objective_scope(runs: dict[str, Run]) -> N
     assert len([b for b in runs["prod"].of_type("aws:s3/bucket:Bucket") if "-artifacts" in b.name]) == 2
     for stack in ("dev", "staging"):
         assert runs[stack].of_type("aws:s3/bucketReplicationConfig:BucketReplicationConfig") == []
-    lifecycle = runs["dev"].one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    lifecycle = runs["dev"].one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+                                "artifacts")
     ids = {r["id"] for r in lifecycle.props["rules"]}
     assert ids == {"abort-incomplete-uploads", "expire-noncurrent-versions"}
 
@@ -184,3 +201,52 @@ def test_prometheus_rules_are_exactly_what_slo_generates(runs: dict[str, Run]) -
     assert [g["name"] for g in got] == [g["name"] for g in expected]
     assert [[r.get("alert") or r.get("record") for r in g["rules"]] for g in got] == [
         [r.get("alert") or r.get("record") for r in g["rules"]] for g in expected]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_scraped_pod_listens_beyond_loopback(runs: dict[str, Run], stack: str) -> None:
+    """The PodMonitor scrapes the reconciler and agents on the pod IP (issue 49 item 3)."""
+    deps = [d.props for d in runs[stack].of_type("kubernetes:apps/v1:Deployment")
+            if d.props["metadata"]["name"].startswith(("controlplane-agent-", "controlplane-reconciler"))]
+    assert len(deps) >= 2
+    for d in deps:
+        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--metrics-host") + 1] == "0.0.0.0", d["metadata"]["name"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_alarms_do_not_breach_on_missing_data(runs: dict[str, Run], stack: str) -> None:
+    """Before the application layer exists nothing connects to RDS: missing data must not hold
+    the FIS stop condition in ALARM (issue 49 item 7)."""
+    alarms = runs[stack].of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
+    assert {a.props["name"]: a.props["treatMissingData"] for a in alarms
+            if a.props["treatMissingData"] != "notBreaching"} == {}
+
+
+def _prod_without_rtc() -> Run:
+    """prod with an artifacts RPO above zero: replicated, without Replication Time Control."""
+    from slo.specs import load_specs
+    from tests.infra.harness import objectives_for, run_program
+
+    ro = load_specs(env="prod").recovery_objectives["artifact-store-unavailable"]
+    rpo = ro.rpo.model_copy(update={"artifacts": 300})
+    return run_program("prod", objectives=objectives_for(
+        "prod", {"artifact-store-unavailable": {"rpo": rpo}}), layers=("platform",))
+
+
+@pytest.mark.parametrize("variant", ["prod", "prod-without-rtc"])
+def test_replication_alarm_has_replication_metrics(runs: dict[str, Run], variant: str) -> None:
+    """OperationsFailedReplication exists only for rules with replication metrics on; they are
+    on with or without Replication Time Control (issue 49 item 7)."""
+    run = runs["prod"] if variant == "prod" else _prod_without_rtc()
+    assert (variant == "prod") is bool(run.one(
+        "aws:s3/bucketReplicationConfig:BucketReplicationConfig").props["rules"][0][
+            "destination"].get("replicationTime"))
+    alarm = run.one("aws:cloudwatch/metricAlarm:MetricAlarm", "s3-replication-failed").props
+    rules = {r["id"]: r for r in run.one(
+        "aws:s3/bucketReplicationConfig:BucketReplicationConfig").props["rules"]}
+    rule = rules[alarm["dimensions"]["RuleId"]]
+    assert rule["destination"]["metrics"]["status"] == "Enabled"
+    rtc = rule["destination"].get("replicationTime")
+    # the event threshold is RTC's: present exactly when RTC is on
+    assert ("eventThreshold" in rule["destination"]["metrics"]) is bool(rtc)

@@ -125,9 +125,9 @@ def _edit(path: Path, old: str, new: str) -> None:
         ),
         (
             "openslo/api-availability.yaml",
-            "${haproxy_responses}",
-            "${haproxy_respones}",
-            ["api-availability", "haproxy_respones", "METRICS"],
+            "${api_errors}",
+            "${api_erors}",
+            ["api-availability", "api_erors", "METRICS"],
         ),
         (
             "openslo/alerting.yaml",

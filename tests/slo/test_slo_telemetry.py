@@ -210,7 +210,7 @@ def test_every_alerting_slo_input_has_absent_data_alerts_with_the_runbook(env: s
     for slo in specs.slos:
         if slo.indicator.prometheus is None or not slo.alert_policies:
             continue
-        assert input_metrics(slo), slo.name
+        assert input_metrics(slo, specs), slo.name
         mine = {r["alert"] for r in telemetry if r["labels"].get("slo") == slo.name}
         assert mine == {"SloInputAbsent", "SloInputScrapeLost"}, slo.name
     assert any(r["alert"] == "TelemetryWatchdog" for r in telemetry)
@@ -222,9 +222,10 @@ def test_every_alerting_slo_input_has_absent_data_alerts_with_the_runbook(env: s
 
 
 def test_histogram_inputs_are_read_through_their_count_series() -> None:
-    slo = load_specs("local").slo("scheduling-delay")
+    specs = load_specs("local")
+    slo = specs.slo("scheduling-delay")
     assert slo.indicator.prometheus is not None and slo.indicator.prometheus.histogram
-    assert all(m.endswith("_count") for m in input_metrics(slo))
+    assert all(m.endswith("_count") for m in input_metrics(slo, specs))
 
 
 def _render(text: str, job: str) -> str:
@@ -241,7 +242,7 @@ def test_promtool_fires_the_absent_data_alerts(tmp_path: Path) -> None:
     rules = [r for r in group["rules"] if r["labels"].get("slo") in (None, slo.name)]
     (tmp_path / "rules.yaml").write_text(dump_rules({"groups": [{**group, "rules": rules}]}))
     by_name = {r["alert"]: r for r in rules}
-    metric = input_metrics(slo)[0]
+    metric = input_metrics(slo, specs)[0]
 
     def expected(name: str, **labels: str) -> list[dict]:
         r = by_name[name]
