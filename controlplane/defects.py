@@ -42,6 +42,9 @@ KNOWN: dict[str, str] = {
                                   "failed",
     "deadline-beyond-lease": "the agent waits for an API answer longer than its lease: one "
                              "connection that never answers costs the lease",
+    "claim-redelivery-skipped": "a claim asked again after its answer was lost (same claim "
+                                "id) gets new work instead of what it was granted: the lost "
+                                "grant waits on the agent until its lease runs out",
     "verify-starves-lease": "the agent reads its artifacts back on the thread that heartbeats: "
                             "a slow object store lets the lease run out",
     "storage-retry-no-backoff": "a failed object-store call is retried at once, without "
@@ -92,6 +95,7 @@ WHERE: dict[str, frozenset[str]] = {
     "registration-without-receipt": frozenset({"api"}),  # POST .../side-effects
     "release-after-failed-check": frozenset({"reconciler"}),  # pipeline progression
     "deadline-beyond-lease": frozenset({"agent"}),
+    "claim-redelivery-skipped": frozenset({"api"}),  # store/agents.py claim
     "verify-starves-lease": frozenset({"agent"}),
     "storage-retry-no-backoff": frozenset({"agent"}),  # the workload inherits its agent's env
     "readyz-commit-deadline": frozenset({"api"}),

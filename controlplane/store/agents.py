@@ -160,7 +160,8 @@ async def claim(conn: AsyncConnection, agent_id: str, max_items: int,
         # the agent's liveness timeout is the lease (the reconciler's --agent-timeout defaults
         # to it; the local environment sets both to LEASE_SECONDS)
         await heartbeat(conn, agent_id, lease_seconds)
-        again = await _claimed_again(conn, agent_id, claim_id, lease_seconds) if claim_id else []
+        redeliver = claim_id and not defects.enabled("claim-redelivery-skipped")  # seeded defect
+        again = await _claimed_again(conn, agent_id, claim_id, lease_seconds) if redeliver else []
         max_items -= len(again)
         if max_items <= 0:
             return _claim_answer(again, lease_seconds)

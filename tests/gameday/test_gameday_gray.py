@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 GRAY = ("network-gray", "artifact-store-brownout", "db-slow-disk", "db-disk-full",
         "checkpoint-power-loss")
-DEFECTS = ("deadline-beyond-lease", "storage-retry-no-backoff", "verify-starves-lease",
+DEFECTS = ("deadline-beyond-lease", "claim-redelivery-skipped", "storage-retry-no-backoff",
+           "verify-starves-lease",
            "readyz-commit-deadline", "ack-unknown-outcome", "checkpoint-no-fsync",
            "local-checkpoint-unverified")
 
