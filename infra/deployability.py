@@ -169,7 +169,8 @@ def _matches(selector: Mapping[str, Any] | None, labels: Mapping[str, Any]) -> b
     return True
 
 
-def _dig(value: Any, *path: str) -> Any:
+def dig(value: Any, *path: str) -> Any:
+    """``value[path[0]][path[1]]...``, None where a step is missing or not a mapping."""
     for key in path:
         if not isinstance(value, Mapping):
             return None
@@ -231,7 +232,7 @@ def check_references(resources: list[Declared],
         kind, ns, name = r.props["kind"], _ns(r), _meta(r).get("name")
         made.add((kind, ns, name))
         if kind == "ExternalSecret":  # the Secret it writes (target.name defaults to its own)
-            made.add(("Secret", ns, _dig(r.props, "spec", "target", "name") or name))
+            made.add(("Secret", ns, dig(r.props, "spec", "target", "name") or name))
         if kind == "Namespace":
             made.add(("ServiceAccount", name, "default"))  # Kubernetes makes it
     out = []
@@ -249,7 +250,7 @@ def check_references(resources: list[Declared],
 
 
 def _prometheus_values(resources: list[Declared]) -> list[tuple[Declared, dict[str, Any]]]:
-    return [(r, _dig(r.props, "values", "prometheus", "prometheusSpec") or {})
+    return [(r, dig(r.props, "values", "prometheus", "prometheusSpec") or {})
             for r in _helm(resources) if _chart_name(r) == "kube-prometheus-stack"]
 
 
@@ -369,7 +370,7 @@ def _gpu_capacity(resources: list[Declared]) -> bool:
             return True
         if r.props.get("kind") == "NodePool" and any(
                 t.get("key") == GPU_TAINT_KEY
-                for t in _dig(r.props, "spec", "template", "spec", "taints") or []):
+                for t in dig(r.props, "spec", "template", "spec", "taints") or []):
             return True
     return False
 
@@ -383,7 +384,7 @@ def _needs_device_plugin(resources: list[Declared]) -> bool:
             return False
         if r.props.get("kind") == "EC2NodeClass" and any(
                 "bottlerocket" in str(a.get("alias", "")).lower()
-                for a in _dig(r.props, "spec", "amiSelectorTerms") or []) and \
+                for a in dig(r.props, "spec", "amiSelectorTerms") or []) and \
                 "gpu" in str(_meta(r).get("name")):
             return False
     return True
@@ -422,7 +423,7 @@ def check_node_tags(resources: list[Declared],
                     out.append(Finding("node-tags", r.name, f"its launch template tags no "
                                        f"{kind} with {missing}"))
         elif r.props.get("kind") == "EC2NodeClass":
-            tags = _dig(r.props, "spec", "tags") or {}
+            tags = dig(r.props, "spec", "tags") or {}
             missing = [t for t in required if not tags.get(t)]
             if missing:
                 out.append(Finding("node-tags", r.name, f"EC2NodeClass tags lack {missing}"))
@@ -464,7 +465,7 @@ def check_alarms(resources: list[Declared]) -> list[Finding]:
 
 def _capacity_types(template: Mapping[str, Any]) -> set[str] | None:
     """The Karpenter capacity types a pod may land on; None = unconstrained (any)."""
-    terms = _dig(template, "spec", "affinity", "nodeAffinity",
+    terms = dig(template, "spec", "affinity", "nodeAffinity",
                  "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms") or []
     allowed: set[str] = set()
     for term in terms:
@@ -473,7 +474,7 @@ def _capacity_types(template: Mapping[str, Any]) -> set[str] | None:
         if not exprs:
             return None  # one term without the requirement admits any capacity
         allowed |= set(exprs[0].get("values") or [])
-    selected = (_dig(template, "spec", "nodeSelector") or {}).get(CAPACITY_TYPE_LABEL)
+    selected = (dig(template, "spec", "nodeSelector") or {}).get(CAPACITY_TYPE_LABEL)
     if selected:
         return {selected} if not terms else allowed & {selected}
     return allowed if terms else None
@@ -485,7 +486,7 @@ def check_capacity(resources: list[Declared]) -> list[Finding]:
     out = []
     for r in _k8s(resources):
         for template in pod_templates(r):
-            name = (_dig(template, "metadata", "labels") or {}).get(WORKLOAD_CLASS_LABEL)
+            name = (dig(template, "metadata", "labels") or {}).get(WORKLOAD_CLASS_LABEL)
             if name is None:
                 continue
             wc = workload_classes.CLASSES.get(name)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.deploy_graph import DEFAULT_NODE_GROUP, EKS_ADDON, EKS_CLUSTER, Graph, Node
-from infra.deployability import Finding
+from infra.deployability import Finding, dig
 from infra.placement import EKS_EFFECTS, Placement, Pool, why_not
 
 POOL_LABEL = "platform.gameday/pool"
@@ -108,14 +108,6 @@ BUILTIN_GROUPS = frozenset({
 
 # --- reading the graph ---------------------------------------------------------------------
 
-def _dig(value: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
 def _chart(node: Node) -> str:
     return str(node.props.get("chart", "")).rsplit("/", 1)[-1]
 
@@ -145,14 +137,14 @@ def node_group_pool(node: Node) -> Pool:
 
 
 def karpenter_pool(node: Node) -> Pool:
-    template = _dig(node.props, "spec", "template") or {}
+    template = dig(node.props, "spec", "template") or {}
     labels: dict[str, frozenset[str]] = {
-        k: frozenset({str(v)}) for k, v in (_dig(template, "metadata", "labels") or {}).items()}
-    for req in _dig(template, "spec", "requirements") or []:
+        k: frozenset({str(v)}) for k, v in (dig(template, "metadata", "labels") or {}).items()}
+    for req in dig(template, "spec", "requirements") or []:
         if req.get("operator") == "In":
             labels[req["key"]] = frozenset(str(v) for v in req.get("values") or [])
-    labels["karpenter.sh/nodepool"] = frozenset({str(_dig(node.props, "metadata", "name"))})
-    return Pool(node.name, labels, tuple(_dig(template, "spec", "taints") or []), managed=False)
+    labels["karpenter.sh/nodepool"] = frozenset({str(dig(node.props, "metadata", "name"))})
+    return Pool(node.name, labels, tuple(dig(template, "spec", "taints") or []), managed=False)
 
 
 def pools_at(graph: Graph, node: Node) -> list[Pool]:
@@ -174,7 +166,7 @@ def chart_placements(node: Node) -> list[tuple[str, Placement]] | None:
     values = node.props.get("values") or {}
     out = []
     for p in pods:
-        at = _dig(values, *p.values_path) if p.values_path else values
+        at = dig(values, *p.values_path) if p.values_path else values
         at = at if isinstance(at, Mapping) else {}
         spec = {"nodeSelector": at.get("nodeSelector") or {},
                 "tolerations": at.get("tolerations", list(p.default_tolerations)),
@@ -193,10 +185,10 @@ def _fits(pools: Sequence[Pool], placement: Placement) -> str | None:
 def _awaits(node: Node) -> bool:
     if node.type in HELM_TYPES:
         return node.props.get("skipAwait") is not True
-    annotations = _dig(node.props, "metadata", "annotations") or {}
+    annotations = dig(node.props, "metadata", "annotations") or {}
     return (node.props.get("kind") in AWAITED_KINDS
             and annotations.get("pulumi.com/skipAwait") != "true"
-            and _dig(node.props, "spec", "replicas") not in (0, 0.0))
+            and dig(node.props, "spec", "replicas") not in (0, 0.0))
 
 
 # --- rules ---------------------------------------------------------------------------------
@@ -237,7 +229,7 @@ def rule_pods_nodes(graph: Graph) -> list[Finding]:
                                    "placement facts (infra/rehearsal.py CHART_PODS)"))
                 continue
         else:
-            template = _dig(node.props, "spec", "template", "spec") or {}
+            template = dig(node.props, "spec", "template", "spec") or {}
             placements = [(str(node.props.get("kind")), Placement.of_pod(template))]
         pools = pools_at(graph, node)
         for component, placement in placements:
@@ -266,7 +258,7 @@ def rule_crd_first(graph: Graph) -> list[Finding]:
         for n in installers:
             switch = CRD_SWITCH.get(chart)
             if n.props.get("skipCrds") is True or (
-                    switch and _dig(n.props.get("values") or {}, *switch) is False):
+                    switch and dig(n.props.get("values") or {}, *switch) is False):
                 out.append(Finding("crd-first", node.label, f"the {chart!r} chart "
                                    f"({n.name}) is installed with its CRDs turned off"))
     return out
@@ -293,13 +285,13 @@ def _secret_refs(pod: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
     for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
         for env in c.get("env") or []:
-            if ref := _dig(env, "valueFrom", "secretKeyRef", "name"):
+            if ref := dig(env, "valueFrom", "secretKeyRef", "name"):
                 names.add(str(ref))
         for src in c.get("envFrom") or []:
-            if ref := _dig(src, "secretRef", "name"):
+            if ref := dig(src, "secretRef", "name"):
                 names.add(str(ref))
     for vol in pod.get("volumes") or []:
-        if ref := _dig(vol, "secret", "secretName"):
+        if ref := dig(vol, "secret", "secretName"):
             names.add(str(ref))
     return names
 
@@ -307,13 +299,13 @@ def _secret_refs(pod: Mapping[str, Any]) -> set[str]:
 def _secrets_made(nodes: Sequence[Node], namespace: str) -> set[str]:
     made = set()
     for n in nodes:
-        ns = _dig(n.props, "metadata", "namespace")
+        ns = dig(n.props, "metadata", "namespace")
         if ns != namespace:
             continue
         if n.props.get("kind") == "Secret":
-            made.add(str(_dig(n.props, "metadata", "name")))
+            made.add(str(dig(n.props, "metadata", "name")))
         elif n.props.get("kind") == "ExternalSecret":
-            made.add(str(_dig(n.props, "spec", "target", "name") or _dig(n.props, "metadata", "name")))
+            made.add(str(dig(n.props, "spec", "target", "name") or dig(n.props, "metadata", "name")))
     return made
 
 
@@ -322,12 +314,12 @@ def rule_job_inputs(graph: Graph) -> list[Finding]:
     for node in graph.nodes.values():
         if node.props.get("kind") != "Job":
             continue
-        pod = _dig(node.props, "spec", "template", "spec") or {}
+        pod = dig(node.props, "spec", "template", "spec") or {}
         for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
             if not DIGEST.search(str(c.get("image", ""))):
                 out.append(Finding("job-inputs", node.label, f"container {c.get('name')!r} "
                                    f"image {c.get('image')!r} is not pinned by digest"))
-        namespace = str(_dig(node.props, "metadata", "namespace"))
+        namespace = str(dig(node.props, "metadata", "namespace"))
         missing = _secret_refs(pod) - _secrets_made(graph.existing(node), namespace)
         for name in sorted(missing):
             out.append(Finding("job-inputs", node.label, f"reads Secret {namespace}/{name}, "
