@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,17 +124,7 @@ def _sigterm_as_interrupt(wanted: bool) -> Iterator[None]:
 def _run_locked(opts: Options, held: OpenRun, names: list[str], console: Console,
                 check: BudgetCheck | None) -> int:
     env, run_dir = held.env, held.run_dir
-    run_dir.mkdir(parents=True)
-    started_at = collect.utcnow()
-    if check is not None:  # read into the verdict (forced or not): slo/evaluate.py
-        (run_dir / BUDGET_CHECK_FILE).write_text(
-            check.model_dump_json(indent=2, by_alias=True) + "\n", encoding="utf-8")
-    info: dict[str, Any] = {"run_id": held.run_id, "env": opts.env, "suite": opts.suite,
-                            "platform": opts.platform, "started_at": started_at.isoformat(),
-                            "ended_at": None, "experiments": names,
-                            "environment": env.name, "versions": collect.versions(),
-                            **env.run_info()}
-    collect.write_run_json(run_dir, info)
+    info, started_at = _start_record(opts, held, names, check)
     say(console, f"run {held.run_id}: {len(names)} experiment(s) -> {run_dir}")
     adapter = get_adapter(opts.platform, env.endpoints, env.tokens)
     # a remote environment: the load is aimed at the stack on purpose (allow_remote)
@@ -164,14 +155,7 @@ def _run_locked(opts: Options, held: OpenRun, names: list[str], console: Console
         if metrics is not None:
             metrics.close()
         rollback = _restore_all(env, console)
-        if stream is not None:
-            info["durability_stream"] = c = durability_stream.stop(stream, adapter)
-            say(console, f"durability stream: {c['acked']} acknowledged of {c['first_attempts']}"
-                         f" submitted ({c['requests']} requests, {c['abandoned']} abandoned)"
-                         + (f"; [red]{c['error']}[/]" if "error" in c else ""))
-        summary = load.stop()
-        say(console, f"load: {summary.acknowledged} acknowledged submissions, "
-                     f"{summary.requests} requests ({summary.reason})")
+        summary = _stop_background(stream, load, adapter, info, console)
         ev = collect_evidence(env, adapter, run_dir, started_at, rollback, held.lock, console)
         info.update(ended_at=ev.ended_at.isoformat(), snapshot_at=collect.utcnow().isoformat(),
                     interrupted=interrupted, not_applicable=not_applicable,
@@ -186,6 +170,38 @@ def _run_locked(opts: Options, held: OpenRun, names: list[str], console: Console
     code = evaluate(run_dir, console, None if opts.no_archive
                     else opts.archive or default_location(opts.runs_dir))
     return EXIT_INTERRUPTED if interrupted else code
+
+
+def _start_record(opts: Options, held: OpenRun, names: list[str], check: BudgetCheck | None
+                  ) -> tuple[dict[str, Any], datetime]:
+    """The run directory with its first run.json (and the budget check it went ahead on)."""
+    held.run_dir.mkdir(parents=True)
+    started_at = collect.utcnow()
+    if check is not None:  # read into the verdict (forced or not): slo/evaluate.py
+        (held.run_dir / BUDGET_CHECK_FILE).write_text(
+            check.model_dump_json(indent=2, by_alias=True) + "\n", encoding="utf-8")
+    info: dict[str, Any] = {"run_id": held.run_id, "env": opts.env, "suite": opts.suite,
+                            "platform": opts.platform, "started_at": started_at.isoformat(),
+                            "ended_at": None, "experiments": names,
+                            "environment": held.env.name, "versions": collect.versions(),
+                            **held.env.run_info()}
+    collect.write_run_json(held.run_dir, info)
+    return info, started_at
+
+
+def _stop_background(stream: Any, load: Any, adapter: Any, info: dict[str, Any],
+                     console: Console) -> Any:
+    """Stop the durability stream (its counts go into run.json) and the load; the load's
+    summary."""
+    if stream is not None:
+        info["durability_stream"] = c = durability_stream.stop(stream, adapter)
+        say(console, f"durability stream: {c['acked']} acknowledged of {c['first_attempts']}"
+                     f" submitted ({c['requests']} requests, {c['abandoned']} abandoned)"
+                     + (f"; [red]{c['error']}[/]" if "error" in c else ""))
+    summary = load.stop()
+    say(console, f"load: {summary.acknowledged} acknowledged submissions, "
+                 f"{summary.requests} requests ({summary.reason})")
+    return summary
 
 
 def _restore_all(env: Environment, console: Console) -> dict[str, Any]:
