@@ -48,7 +48,7 @@ def collect_evidence(env: Environment, adapter: Any, run_dir: Path, started_at: 
     ended_at = collect.utcnow()
     acks = collect.merge_ledgers(run_dir)
     faults = collect.copy_faults(Path(eps["fault_timeline"]), run_dir, started_at)
-    queries = {k: q for k, q in PROM_QUERIES.items() if k not in needs.missing_metrics}
+    queries = {k: q for k, q in {**PROM_QUERIES, **needs.queries}.items() if q is not None}
     prom = collect.query_prometheus(eps["prometheus"], run_dir, started_at, ended_at, queries)
     try:
         counts = collect.snapshot(adapter, run_dir, since=started_at)

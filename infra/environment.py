@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -101,8 +101,9 @@ class RunRequest:
 class EvidenceNeeds:
     """What collecting a run's evidence must know of the environment (gameday/ collects)."""
 
-    # Prometheus queries of the runner whose metric does not exist there
-    missing_metrics: frozenset[str] = frozenset()
+    # The runner's Prometheus queries (by key) this environment answers differently: its own
+    # query for the key, or None where the metric does not exist there
+    queries: Mapping[str, str | None] = field(default_factory=dict)
     # None: everything is collected, no collection-gaps.json. Otherwise what never is there,
     # and why: the run directory then records every gap in collection-gaps.json.
     known_gaps: Mapping[str, str] | None = None

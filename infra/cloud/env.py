@@ -56,7 +56,7 @@ CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file
 CLOUD_STATE_ENV = "GAMEDAY_CLOUD_STATE_DIR"  # fault state + timeline shared with the runner
 ALLOW_PROD_ENV = "GAMEDAY_ALLOW_PROD"
 # No HAProxy in front of the API in the cloud (a Service): its metric does not exist there.
-MISSING_METRICS = frozenset({"api_requests"})
+PROMETHEUS_QUERIES: dict[str, str | None] = {"api_requests": None}
 # Always true of a cloud run; written to collection-gaps.json so nobody looks for them.
 KNOWN_GAPS = {
     "prometheus/api_requests.json": "HAProxy backend metrics exist only in the local "
@@ -327,7 +327,7 @@ class CloudEnvironment:
 
     @property
     def evidence_needs(self) -> EvidenceNeeds:
-        return EvidenceNeeds(missing_metrics=MISSING_METRICS, known_gaps=KNOWN_GAPS,
+        return EvidenceNeeds(queries=PROMETHEUS_QUERIES, known_gaps=KNOWN_GAPS,
                              snapshot_source="DSN from the target's adminDsnEnv",
                              aws_objects=(self.bucket, self.region),
                              active_faults_at=f"{self.fault_state_file} (docs/chaos-cloud.md)")

@@ -108,7 +108,7 @@ def test_the_cloud_environment_says_what_chaos_and_the_evidence_need(
         "GAMEDAY_TARGET": str((tmp_path / "target.json").resolve()),
         "GAMEDAY_CLOUD_STATE_DIR": str(env.state_dir), "GAMEDAY_ALLOW_PROD": "false"}
     needs = env.evidence_needs
-    assert needs.missing_metrics == {"api_requests"} and needs.known_gaps
+    assert needs.queries == {"api_requests": None} and needs.known_gaps
     assert needs.aws_objects == ("mlplatform-staging-artifacts", "eu-west-1")
     local = LocalEnvironment("mine", tmp_path)
     assert not local.remote and local.chaos_env() == {} and local.run_info() == {}
@@ -125,12 +125,12 @@ class _Env:
 
 
 def _collect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, needs: EvidenceNeeds,
-             rollback: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    queried: list[str] = []
+             rollback: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    queried: dict[str, str] = {}
     monkeypatch.setattr(collect, "merge_ledgers", lambda run_dir: 3)
     monkeypatch.setattr(collect, "copy_faults", lambda src, run_dir, since: 2)
     monkeypatch.setattr(collect, "query_prometheus",
-                        lambda url, run_dir, a, b, queries: queried.extend(queries) or {})
+                        lambda url, run_dir, a, b, queries: queried.update(queries) or {})
 
     def snapshot(adapter: Any, run_dir: Path, since: Any) -> dict[str, Any]:
         raise RuntimeError("store unreachable")
@@ -150,13 +150,15 @@ def test_evidence_is_collected_as_the_environment_needs(tmp_path: Path,
     counts, queried = _collect(tmp_path, monkeypatch, EvidenceNeeds(), {"error": "boom"})
     assert "api_requests" in queried and counts == {"error": "store unreachable"}
     assert not (tmp_path / "run" / "collection-gaps.json").exists()
-    # cloud-like: a missing metric is not queried; every gap is written down, with why
-    needs = EvidenceNeeds(missing_metrics=frozenset({"api_requests"}),
+    # cloud-like: every gap is written down, with why
+    needs = EvidenceNeeds(queries={"api_requests": None, "alerts": "ALERTS{env='qa'}"},
                           known_gaps={"component logs": "not copied"}, snapshot_source="the DSN",
                           aws_objects=("bucket", "eu-west-1"), active_faults_at="state.json")
     (tmp_path / "run").rename(tmp_path / "run-local")
     counts, queried = _collect(tmp_path, monkeypatch, needs, {"error": "boom"})
-    assert "api_requests" not in queried and "alerts" in queried
+    # a metric missing there is not queried; one it names otherwise is asked its way
+    assert "api_requests" not in queried and queried["alerts"] == "ALERTS{env='qa'}"
+    assert queried["queue_age"] == run_evidence.PROM_QUERIES["queue_age"]
     gaps = json.loads((tmp_path / "run" / "collection-gaps.json").read_text())
     assert gaps["component logs"] == "not copied"
     assert gaps["snapshot/"] == "the store snapshot failed (the DSN): store unreachable"
