@@ -16,16 +16,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from infra.cloud.env import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from infra.environment import Environment, EnvironmentUnavailable, FaultDriver, open_environment
 from platforms import PlatformAdapter, get_adapter
 from slo.ledger import LedgerEntry, LedgerWriter
 
 DEFAULTS = {"gameday_env": "local", "gameday_home": "", "gameday_run_dir": "",
             "gameday_platform": "controlplane", "gameday_experiment": "adhoc"}
-# Cloud runs only (gameday run sets them; experiments' configuration stays as it is).
-CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file (infra/cloud/env.py)
-CLOUD_STATE_ENV = "GAMEDAY_CLOUD_STATE_DIR"  # fault state + timeline shared with the runner
-ALLOW_PROD_ENV = "GAMEDAY_ALLOW_PROD"
 
 
 class ChaosError(Exception):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.context import ChaosError, Context
+from infra.cloud.env import CLOUD_ENVS
 
 __all__ = [
     "acknowledged_submissions_present",
@@ -34,7 +35,7 @@ Secrets = dict[str, Any] | None
 
 def _ctx(configuration: Configuration) -> Context:
     ctx = Context.from_configuration(configuration)
-    if ctx.env_name in ("dev", "staging", "prod"):
+    if ctx.env_name in CLOUD_ENVS:
         raise ChaosError(f"the restore rehearsal acts on the local environment, not {ctx.env_name!r}: "
                          "on AWS follow runbooks/db-primary-loss.md (point-in-time restore)")
     return ctx

@@ -10,14 +10,20 @@ unconditionally. Every fault is recorded on the environment's fault timeline
 
 Implementations: infra/local/env.py (LocalEnvironment, driver = its FaultInjector) and
 infra/cloud/env.py (CloudEnvironment, driver = RecordedCloudFaults).
+
+Where the two differ for a game day, the runner asks (``EnvironmentKind`` before one is open,
+``Environment`` after); it never tests an environment's name. ``ENVIRONMENTS`` is the one list
+of the names ``--env`` takes and the kind that serves each.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 FaultResult = dict[str, Any]
 
@@ -73,12 +79,94 @@ class Agent(Protocol):
     region: str
 
 
+# Every name ``--env`` takes, in the order the CLI lists them, and the kind serving it.
+ENVIRONMENTS: dict[str, Literal["local", "cloud"]] = {
+    "local": "local", "dev": "cloud", "staging": "cloud", "prod": "cloud"}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a game day asks of an environment before one is open (``gameday run``'s options)."""
+
+    env: str  # a name of ENVIRONMENTS
+    env_name: str = "local"  # a local environment's own name (its state dir under home)
+    home: Path | None = None
+    target: Path | None = None  # a cloud environment's target file
+    allow_prod: bool = False
+    platform: str = "controlplane"
+    keep_env: bool = True  # keep an environment this run brought up
+
+
+@dataclass(frozen=True)
+class EvidenceNeeds:
+    """What collecting a run's evidence must know of the environment (gameday/ collects)."""
+
+    # The runner's Prometheus queries (by key) this environment answers differently: its own
+    # query for the key, or None where the metric does not exist there
+    queries: Mapping[str, str | None] = field(default_factory=dict)
+    # None: everything is collected, no collection-gaps.json. Otherwise what never is there,
+    # and why: the run directory then records every gap in collection-gaps.json.
+    known_gaps: Mapping[str, str] | None = None
+    snapshot_source: str = ""  # named when the store snapshot fails (with known_gaps)
+    # (bucket, region): the run's objects are listed from AWS S3 (IAM), not an endpoint URL
+    aws_objects: tuple[str | None, str] | None = None
+    active_faults_at: str = ""  # where the faults a failed restore left active are recorded
+
+
+@dataclass
+class OpenRun:
+    """An environment held for one game day: its run id and directory, and the lock."""
+
+    env: Environment
+    run_id: str
+    run_dir: Path
+    lock: Any = None
+
+
+class EnvironmentRefused(Exception):
+    """A game day cannot start on this environment (message says why; nothing was touched
+    beyond what the message says)."""
+
+
+class EnvironmentKind(Protocol):
+    """What the runner asks of an environment class before one is open."""
+
+    budget_source: str  # where the budget check reads by default: "prometheus" | "archive"
+    durability_stream: bool  # the durability stream can run against it
+    sigterm_is_interrupt: bool  # runs in a pod: SIGTERM (a deadline, a drain) is a Ctrl-C
+
+    @classmethod
+    def refusal(cls, req: RunRequest) -> str | None: ...  # before anything: why not
+    @classmethod
+    def dry_run(cls, req: RunRequest) -> Iterator[str]: ...  # raises EnvironmentUnavailable
+    @classmethod
+    def prometheus_url(cls, req: RunRequest) -> str: ...  # raises EnvironmentUnavailable
+    @classmethod
+    def open_for_run(cls, req: RunRequest, new_run: Callable[[], tuple[str, Path]],
+                     say: Callable[[str], None]) -> AbstractContextManager[OpenRun]: ...
+
+
+def environment_kind(env: str) -> EnvironmentKind:
+    """The class serving ``env`` (a name of ENVIRONMENTS); an unknown name is refused."""
+    kind = ENVIRONMENTS.get(env)
+    if kind == "cloud":
+        from infra.cloud.env import CloudEnvironment
+
+        return CloudEnvironment
+    if kind == "local":
+        from infra.local.env import LocalEnvironment
+
+        return LocalEnvironment
+    raise EnvironmentRefused(f"unknown env {env!r}; envs: {', '.join(ENVIRONMENTS)}")
+
+
 @runtime_checkable
 class Environment(Protocol):
     """One environment a game day runs against."""
 
     name: str
     state_dir: Path
+    remote: bool  # not on this machine: the load is aimed at it on purpose (allow_remote)
 
     @property
     def endpoints(self) -> dict[str, Any]: ...  # api, prometheus, fault_timeline, s3, ...
@@ -99,6 +187,12 @@ class Environment(Protocol):
     # None, or why it cannot run; ``requires``: what the experiment declares it needs
     # (x-gameday ``requires``, e.g. ``storage-faults``)
     def applicability(self, experiment: str, requires: Sequence[str] = ()) -> str | None: ...
+    # what a run records of it in run.json (beside env and environment): where it points
+    def run_info(self) -> dict[str, Any]: ...
+    # what the experiments' Chaos Toolkit processes need to open it (chaos/context.py)
+    def chaos_env(self) -> dict[str, str]: ...
+    @property
+    def evidence_needs(self) -> EvidenceNeeds: ...
 
 
 class EnvironmentUnavailable(Exception):

@@ -1,5 +1,5 @@
 """Platform adapters: everything the harness needs from the platform under test, and the
-registry that names them (platforms/registry.py)."""
+registry that finds them by entry point (platforms/registry.py)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -37,9 +38,34 @@ from urllib.parse import urlparse
 
 import httpx
 
-from infra.environment import poll
+from infra.environment import (
+    ENVIRONMENTS,
+    EnvironmentRefused,
+    EnvironmentUnavailable,
+    EvidenceNeeds,
+    OpenRun,
+    RunRequest,
+    poll,
+)
+from infra.schedule import ScheduleError
 
-CLOUD_ENVS = ("dev", "staging", "prod")
+CLOUD_ENVS = tuple(name for name, kind in ENVIRONMENTS.items() if kind == "cloud")
+# What ``gameday run`` hands the experiments' Chaos Toolkit processes (chaos/context.py builds
+# the same CloudEnvironment from them); the experiments' configuration stays as it is.
+CLOUD_TARGET_ENV = "GAMEDAY_TARGET"  # the target file
+CLOUD_STATE_ENV = "GAMEDAY_CLOUD_STATE_DIR"  # fault state + timeline shared with the runner
+ALLOW_PROD_ENV = "GAMEDAY_ALLOW_PROD"
+# No HAProxy in front of the API in the cloud (a Service): the API's own request counter, as
+# the cloud SLO rules read it (slo/metrics.py API_REQUEST_SOURCES["api"]), by status code.
+PROMETHEUS_QUERIES: dict[str, str | None] = {
+    "api_requests": ('sum by (code) (rate(controlplane_http_requests_total'
+                     '{route!~"/healthz|/readyz|/metrics"}[30s]))'),
+}
+# Always true of a cloud run; written to collection-gaps.json so nobody looks for them.
+KNOWN_GAPS = {
+    "component logs": "pod logs are not copied into the run directory; read them with "
+                      "kubectl logs in the control-plane namespace",
+}
 DEFAULT_SECRET_ENVS = {"adminDsnEnv": "GAMEDAY_ADMIN_DSN", "projectTokenEnv": "GAMEDAY_PROJECT_TOKEN",
                        "agentTokenEnv": "GAMEDAY_AGENT_TOKEN"}
 RUNNER_KEYS = ("apiUrl", "prometheusUrl", "workloadImage", "platformProject", "leaseSeconds",
@@ -197,6 +223,10 @@ class CloudEnvironment:
 
     kind = "cloud"
     components = ("api", "database", "prometheus", "deployments")
+    remote = True
+    budget_source = "prometheus"  # the stack's own, which holds the SLO rules
+    durability_stream = False  # its held queue is the local reference control plane's
+    sigterm_is_interrupt = True  # a pod's deadline or a node drain ends the run, rolled back
 
     def __init__(self, target: CloudTargetFile, state_dir: Path, *, allow_prod: bool = False,
                  kube_api: Any = None) -> None:
@@ -221,6 +251,88 @@ class CloudEnvironment:
             raise CloudEnvError(f"env {env!r} is not a cloud environment ({', '.join(CLOUD_ENVS)})")
         return cls(CloudTargetFile.load(path, env), state_dir or state_dir_for(env, home),
                    allow_prod=allow_prod)
+
+    # -- a game day on it (infra/environment.py EnvironmentKind) ----------------------------
+    @classmethod
+    def refusal(cls, req: RunRequest) -> str | None:
+        if req.target is None:
+            return (f"env {req.env} needs an explicit --target (the stack outputs JSON of "
+                    "`pulumi stack output --json -s <stack>`)")
+        if req.env == "prod" and not req.allow_prod:
+            return "refusing to inject faults into prod without --allow-prod"
+        return None
+
+    @classmethod
+    def dry_run(cls, req: RunRequest) -> Iterator[str]:
+        """What a live run would hit, from the target file alone (no credentials, no API
+        call); a target a live run would refuse raises EnvironmentUnavailable."""
+        assert req.target is not None  # refusal() said so before
+        yield f"target: {req.target} (cloud drivers: Kubernetes + AWS)"
+        try:
+            t = CloudTargetFile.load(req.target, req.env)
+        except CloudEnvError as exc:
+            raise EnvironmentUnavailable(str(exc)) from None
+        cfg = t.driver_config
+        yield (f"targets: API {t.api_url}, Prometheus {t.prometheus_url}, cluster "
+               f"{cfg.get('clusterName', '(derived)')} in {cfg['region']}, namespace "
+               f"{cfg.get('controlPlaneNamespace', 'mlp-controlplane')}, bucket(s) "
+               f"{cfg.get('artifactBuckets') or cfg.get('artifactBucket') or 'none'}")
+        yield ("credentials from env vars " + ", ".join(sorted(t.secret_envs.values()))
+               + "; lock: Lease gameday-lock in the control-plane namespace")
+
+    @classmethod
+    def prometheus_url(cls, req: RunRequest) -> str:
+        assert req.target is not None  # refusal() said so before
+        try:
+            return CloudTargetFile.load(req.target, req.env).prometheus_url
+        except CloudEnvError as exc:
+            raise EnvironmentUnavailable(f"no Prometheus URL: {exc}") from None
+
+    @classmethod
+    @contextmanager
+    def open_for_run(cls, req: RunRequest, new_run: Callable[[], tuple[str, Path]],
+                     say: Callable[[str], None]) -> Iterator[OpenRun]:
+        """The stack must exist already (no up/down); the lock is a Lease in the cluster."""
+        from platforms import registry
+
+        assert req.target is not None  # refusal() said so before
+        if not registry.get(req.platform).cloud:
+            raise EnvironmentRefused(
+                f"cloud game days target what infra/ deploys; platform {req.platform!r} has "
+                "no cloud deployment (platforms/registry.py)")
+        try:
+            env = cls.from_target(req.target, req.env, home=req.home, allow_prod=req.allow_prod)
+            run_id, run_dir = new_run()
+            lock = env.lock(run_id)
+            lock.acquire({"run_id": run_id, "run_dir": str(run_dir),
+                          "host": os.environ.get("HOSTNAME", "")})
+        except CloudEnvError as exc:
+            raise EnvironmentRefused(str(exc)) from None
+        except ScheduleError as exc:
+            raise EnvironmentRefused(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - e.g. no kubeconfig: refuse, nothing was touched
+            raise EnvironmentRefused(f"cannot reach the cluster of {req.env} "
+                                     f"({type(exc).__name__}: {exc})") from None
+        say(f"environment {req.env}: API {env.target.api_url}, lock Lease "
+            f"{lock.namespace}/{lock.name} held by {run_id}")
+        try:
+            yield OpenRun(env, run_id, run_dir, lock)
+        finally:
+            lock.release()
+
+    def run_info(self) -> dict[str, Any]:
+        return {"target": self.describe()}
+
+    def chaos_env(self) -> dict[str, str]:
+        return {CLOUD_TARGET_ENV: str(self.target.path), CLOUD_STATE_ENV: str(self.state_dir),
+                ALLOW_PROD_ENV: "true" if self.allow_prod else "false"}
+
+    @property
+    def evidence_needs(self) -> EvidenceNeeds:
+        return EvidenceNeeds(queries=PROMETHEUS_QUERIES, known_gaps=KNOWN_GAPS,
+                             snapshot_source="DSN from the target's adminDsnEnv",
+                             aws_objects=(self.bucket, self.region),
+                             active_faults_at=f"{self.fault_state_file} (docs/chaos-cloud.md)")
 
     # -- files and endpoints ----------------------------------------------------------------
     @property

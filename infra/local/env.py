@@ -36,6 +36,13 @@ from typing import Any
 import click
 import httpx
 
+from infra.environment import (
+    EnvironmentRefused,
+    EnvironmentUnavailable,
+    EvidenceNeeds,
+    OpenRun,
+    RunRequest,
+)
 from infra.local import node_disk, orphans, procs, storage
 from infra.local.components import (
     PG_BIN,
@@ -70,6 +77,7 @@ from infra.local.topology import (
     port_names,
     zone_map,
 )
+from infra.schedule import GameDayLock, ScheduleError
 from infra.timeline import utcnow
 
 Reporter = Callable[[str], None]
@@ -120,6 +128,11 @@ def tail(path: Path, lines: int = 25) -> str:
 
 class LocalEnvironment:
     """Composition root of one local environment (one state directory)."""
+
+    remote = False
+    budget_source = "archive"  # its Prometheus lives and dies with it: the run history
+    durability_stream = True  # with a platform that has a held queue (platforms/registry.py)
+    sigterm_is_interrupt = False
 
     def __init__(self, name: str = "local", home: Path | None = None,
                  agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS,
@@ -185,6 +198,74 @@ class LocalEnvironment:
             yield env
         finally:
             env.down(purge=purge)
+
+    # -- a game day on it (infra/environment.py EnvironmentKind) ----------------------------
+    @classmethod
+    def refusal(cls, req: RunRequest) -> str | None:
+        return None
+
+    @classmethod
+    def dry_run(cls, req: RunRequest) -> Iterator[str]:
+        env = cls(req.env_name, req.home)
+        running = env.is_running()
+        state = "running (would be reused)" if running else "not running (would be brought up)"
+        yield f"environment {req.env_name!r} at {env.state_dir}: {state}"
+        if running:
+            eps = env.endpoints
+            yield (f"targets: API {eps.get('api')}, DB {eps.get('patroni')}, "
+                   f"S3 {eps.get('s3')}, registry {eps.get('registry')}")
+
+    @classmethod
+    def prometheus_url(cls, req: RunRequest) -> str:
+        env = cls(req.env_name, req.home)
+        if not env.is_running():
+            raise EnvironmentUnavailable(f"local environment {req.env_name!r} is not running "
+                                         "(no Prometheus)")
+        return str(env.endpoints["prometheus"])
+
+    @classmethod
+    @contextmanager
+    def open_for_run(cls, req: RunRequest, new_run: Callable[[], tuple[str, Path]],
+                     say: Callable[[str], None]) -> Iterator[OpenRun]:
+        """Brought up when it is not running (and down again afterwards unless kept), then
+        held by the game-day lock file in its state directory."""
+        env = cls(req.env_name, req.home)
+        started_env = False
+        if not env.is_running():
+            say(f"bringing up environment {req.env_name!r} ...")
+            try:
+                env.up(reporter=lambda msg: say(f"  {msg}"), platform=req.platform)
+            except EnvError as exc:
+                raise EnvironmentRefused(f"the environment did not come up: {exc}") from None
+            started_env = True
+        env = cls.load(req.env_name, req.home)
+        running = env.info.get("platform", "controlplane")
+        if running != req.platform:
+            raise EnvironmentRefused(
+                f"environment {req.env_name!r} runs platform {running!r}, not "
+                f"{req.platform!r}: `gameday env down` it first or use another --env-name")
+        run_id, run_dir = new_run()
+        lock = GameDayLock(env.state_dir / "gameday.lock")
+        try:
+            lock.acquire({"run_id": run_id, "run_dir": str(run_dir)})
+        except ScheduleError as exc:
+            raise EnvironmentRefused(str(exc)) from None
+        try:
+            yield OpenRun(env, run_id, run_dir, lock)
+        finally:
+            lock.release()
+            if started_env and not req.keep_env:
+                env.down()
+
+    def run_info(self) -> dict[str, Any]:
+        return {}
+
+    def chaos_env(self) -> dict[str, str]:
+        return {}  # chaos/context.py finds it by name under GAMEDAY_HOME
+
+    @property
+    def evidence_needs(self) -> EvidenceNeeds:
+        return EvidenceNeeds()  # everything is on this machine: nothing is out of reach
 
     @property
     def faults(self) -> Any:
