@@ -77,7 +77,11 @@ def test_a_starved_tree_gets_its_share_and_all_of_it_back(
     starve.restore("busy")
     assert not starve.group("busy").exists()
     after = _share(busy.pid, 1.0)
-    assert after > max(0.2, free / 3), f"{after:.2f} of a core after restore ({free:.2f} before)"
+    # the cap is gone: well above what the capped tree could use (0.05 of a core, 0.08 with
+    # slack above). Not an absolute 0.2: on a loaded 2-core machine the free tree itself got
+    # 0.10 of a core before the fault and 0.19 after it (a CI rehearsal, 2026-12-06)
+    assert after > max(0.05 * 3, free / 3), \
+        f"{after:.2f} of a core after restore ({free:.2f} before)"
     lines = ledger.timeline.read()
     assert [x["event"] for x in lines] == ["fault_start", "note", "fault_end"]
     assert lines[0]["details"]["share"] == 0.05 and lines[1]["details"]["share"] == 0.2
