@@ -260,12 +260,10 @@ def compare_objective(check: Check, past: ArchivedObjective | None,
     return row(result, change)
 
 
-def compare(checks: Sequence[Check], baseline: IndexEntry | Sequence[IndexEntry] | None,
-            archive: str, note: str, tol: Tolerances) -> BaselineComparison:
-    """Every check of this run against the baseline runs, newest first (one entry or None:
-    no passing run to compare with), each objective against the worst of them (worst_of)."""
-    runs: list[IndexEntry] = ([] if baseline is None else [baseline]
-                              if isinstance(baseline, IndexEntry) else list(baseline))
+def compare(checks: Sequence[Check], runs: Sequence[IndexEntry], archive: str, note: str,
+            tol: Tolerances) -> BaselineComparison:
+    """Every check of this run against the baseline runs, newest first (none: no passing run
+    to compare with), each objective against the worst of them (worst_of)."""
     by_id: dict[str, list[ArchivedObjective]] = {}
     for entry in runs:
         for o in entry.objectives:

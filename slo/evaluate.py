@@ -146,7 +146,7 @@ def summarize_slis(run: RunIndex, outcomes: dict[str, list[Outcome]],
                 details={"bad_examples": _bad_subjects(excused.kept)},
                 demonstration=demonstration(slo, good, total),
                 excused=excused.count,
-                excused_bad=sum(not o.good for o in outcomes[slo.name]) - (total - good),
+                excused_bad=excused.bad,
                 excused_by=excused.by_experiment,
             )
         )
@@ -178,17 +178,12 @@ def _baselines(dirs: Sequence[Path], last: int | None) -> tuple[dict[str, float]
 
 @dataclass(frozen=True)
 class BaselineSource:
-    """Where the baseline was looked for, what was found (None: no passing run) and why."""
+    """Where the baseline was looked for, the runs found (newest first; none: no passing run)
+    and why."""
 
     archive: str
-    entry: IndexEntry | None  # the newest baseline run
+    runs: tuple[IndexEntry, ...]
     note: str
-    # the baseline runs, newest first (entry is the first); () with entry alone: just it
-    entries: tuple[IndexEntry, ...] = ()
-
-    @property
-    def runs(self) -> tuple[IndexEntry, ...]:
-        return self.entries or ((self.entry,) if self.entry is not None else ())
 
 
 def _report_order(evidence: Evidence, present: list[str]) -> list[str]:
@@ -343,13 +338,12 @@ def find_baseline(archive: Archive, run_id: str, suite: str, env: str,
     try:
         entries = archive.entries()
     except ArchiveError as exc:
-        return BaselineSource(archive.location, None, f"no baseline: archive unreadable: {exc}")
+        return BaselineSource(archive.location, (), f"no baseline: archive unreadable: {exc}")
     found = recent_passing(entries, suite, env, run_id, started_at, runs)
     if not found:
-        return BaselineSource(archive.location, None,
+        return BaselineSource(archive.location, (),
                               f"no passing run of suite {suite} in env {env} before this one "
                               f"in {archive.location}")
     what = ("last passing run" if len(found) == 1
             else f"worst of the last {len(found)} passing runs")
-    return BaselineSource(archive.location, found[0], f"{what} of suite {suite} in env {env}",
-                          tuple(found))
+    return BaselineSource(archive.location, tuple(found), f"{what} of suite {suite} in env {env}")

@@ -65,6 +65,7 @@ def impact_windows(experiments: Sequence[Judged], next_starts: Sequence[float],
 class Excused:
     kept: list[Outcome]
     by_experiment: dict[str, int]  # outcomes inside each experiment's window, good or bad
+    bad: int = 0  # of those, the bad ones
 
     @property
     def count(self) -> int:
@@ -77,10 +78,12 @@ def excuse(name: str, outcomes: Sequence[Outcome], windows: Sequence[ImpactWindo
     mine = [w for w in windows if w.sli == name]
     kept: list[Outcome] = []
     by: dict[str, int] = {}
+    bad = 0
     for o in outcomes:
         w = next((w for w in mine if w.holds(o.time)), None)
         if w is None:
             kept.append(o)
         else:
             by[w.experiment] = by.get(w.experiment, 0) + 1
-    return Excused(kept, by)
+            bad += not o.good
+    return Excused(kept, by, bad)

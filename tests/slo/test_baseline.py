@@ -182,7 +182,7 @@ def test_several_baseline_runs_each_objective_against_the_worst_of_them() -> Non
     assert (rto.baseline, rto.result) == (48.5, "same")
     assert (queue.baseline, queue.result) == (0.98, "same")  # the lowest ratio is the bar
     assert rto.baseline_status == "warning"  # the worst status
-    newest_only = compare(checks, runs[0], "/archive", "last passing run", tol)
+    newest_only = compare(checks, runs[:1], "/archive", "last passing run", tol)
     assert [o.result for o in newest_only.objectives] == ["regressed", "regressed"]
     # worse than the worst of them beyond the tolerance still regresses
     slower = compare([_check("registry-failure.rto", 94.0)], runs, "/a", "", tol)
@@ -195,7 +195,7 @@ def test_several_baseline_runs_each_objective_against_the_worst_of_them() -> Non
 
 def test_without_a_baseline_run_every_measured_objective_says_why() -> None:
     checks = [_check("x.rto", 10.0), _check("x.rpo.artifacts", None, "not_measured")]
-    cmp = compare(checks, None, "/archive", "no passing run of suite ci in env local", TOL)
+    cmp = compare(checks, [], "/archive", "no passing run of suite ci in env local", TOL)
     assert cmp.run_id is None
     assert [o.result for o in cmp.objectives] == ["no baseline", "not measured"]
     assert cmp.objectives[0].change == "no passing run of suite ci in env local"

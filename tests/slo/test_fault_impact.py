@@ -41,7 +41,7 @@ def test_outcomes_inside_a_window_of_their_own_sli_are_left_to_the_experiment() 
                 Outcome(115.0, False), Outcome(116.0, False)]
     got = excuse("api-availability", outcomes, windows)
     assert [o.time for o in got.kept] == [99.0, 116.0]
-    assert got.by_experiment == {"a": 3} and got.count == 3
+    assert got.by_experiment == {"a": 3} and got.count == 3 and got.bad == 2
     # another SLI's window excuses nothing here
     assert excuse("startup-success", outcomes, windows).kept == outcomes
 
