@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slo.evidence import Attempt, Event, FaultRecord
-from slo.invariants import InvariantResult
+from slo.invariant_result import InvariantResult
 from slo.sli import ObjectIndex, ts
 
 FAULT = "power_loss"

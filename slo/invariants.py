@@ -9,8 +9,12 @@ not shown that the promise holds. Names are what RecoveryObjective `invariants:`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
+from slo import checkpoint_invariants as ck
+from slo import outcome_invariants as oc
+from slo import overload_invariants as ov
+from slo import pipelines as pl
+from slo import storage_invariants as st
 from slo.evidence import (
     AgentRecord,
     Attempt,
@@ -20,20 +24,15 @@ from slo.evidence import (
     Operation,
     RequestRecord,
 )
-from slo.sli import NON_API_ROUTE_PREFIXES, group_by, request_ok, ts
+from slo.invariant_result import InvariantResult, fault_spans
+from slo.sli import NON_API_ROUTE_PREFIXES, ObjectIndex, group_by, request_ok, ts
+
+__all__ = ["InvariantResult", "fault_spans"]  # re-exported: where callers have always found them
 
 # events an agent may still send about an attempt whose lease it lost: the platform's refusal
 FENCED_KINDS_ALLOWED = frozenset({"stale_report_refused"})
 AGENT_ACTOR_PREFIX = "agent:"
 
-
-@dataclass(frozen=True)
-class InvariantResult:
-    name: str
-    judged: int  # subjects judged (attempts or operations)
-    violations: tuple[str, ...] = ()
-    no_data: str | None = None  # why there was nothing to judge
-    measured: str | None = None  # what was measured, shown beside a pass too (e.g. "0.7x")
 
 
 def _id_key(value: str | int | None) -> tuple[int, int, str]:
@@ -236,21 +235,6 @@ def eligible_placement(
     return InvariantResult("eligible-placement", len(scope), tuple(violations))
 
 
-def fault_spans(faults: Iterable[FaultRecord], start: float, end: float) -> list[
-        tuple[str, float, float]]:
-    """(fault, start, end) of every fault started in [start, end]; one never ended lasts
-    until ``end``."""
-    faults = sorted(faults, key=lambda f: ts(f.time))
-    spans = []
-    for f in faults:
-        t = ts(f.time)
-        if f.event != "fault_start" or not start <= t <= end:
-            continue
-        stop = next((ts(g.time) for g in faults if g.event == "fault_end" and g.fault == f.fault
-                     and g.target == f.target and ts(g.time) >= t), end)
-        spans.append((f"{f.fault} {f.target}".strip(), t, min(stop, end)))
-    return spans
-
 
 def served_after_detection(
     requests: Iterable[RequestRecord], faults: Iterable[FaultRecord], start: float, end: float,
@@ -379,10 +363,8 @@ INVARIANTS: dict[str, Judge] = {
 
 
 def _pipeline_judge(name: str) -> Judge:
-    """The pipeline invariants live in slo/pipelines.py (which imports this module)."""
+    """The pipeline invariants (slo/pipelines.py)."""
     def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
-        from slo import pipelines as pl
-
         if name == "stale-cache-reuse":
             return pl.stale_cache_reuse(ev.pipeline_steps, lo, hi)
         if name == "cache-hit-when-unchanged":
@@ -401,11 +383,8 @@ for _name in ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once
 
 
 def _storage_judge(name: str) -> Judge:
-    """The database storage invariants live in slo/storage_invariants.py (which imports this
-    module)."""
+    """The database storage invariants (slo/storage_invariants.py)."""
     def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
-        from slo import storage_invariants as st
-
         if name == "bounded-latency":
             return st.bounded_latency(ev.requests, ev.faults, lo, hi)
         return st.promotions(ev.faults, lo, hi, 0 if name == "no-failover" else 1, name)
@@ -417,12 +396,8 @@ for _name in ("bounded-latency", "no-failover", "at-most-one-failover"):
 
 
 def _checkpoint_judge(name: str) -> Judge:
-    """The checkpoint-power-loss invariants live in slo/checkpoint_invariants.py (which imports
-    this module)."""
+    """The checkpoint-power-loss invariants (slo/checkpoint_invariants.py)."""
     def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
-        from slo import checkpoint_invariants as ck
-        from slo.sli import ObjectIndex
-
         index = ObjectIndex.of(ev.objects)
         runs = ck.interrupted(ev.faults, ev.attempts, ev.events, index, lo, hi)
         if name == "reported-checkpoints-durable":
@@ -438,11 +413,8 @@ for _name in ("reported-checkpoints-durable", "durable-resume", "power-loss-visi
 
 
 def _outcome_judge(name: str) -> Judge:
-    """The outcome invariants live in slo/outcome_invariants.py (which imports this module)."""
+    """The outcome invariants (slo/outcome_invariants.py)."""
     def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
-        from slo import outcome_invariants as oc
-        from slo.sli import ObjectIndex
-
         if name == "artifacts-complete":
             return oc.artifacts_complete(ev.attempts, ev.events, ObjectIndex.of(ev.objects),
                                          lo, hi)
@@ -462,11 +434,8 @@ RtoJudge = Callable[[Evidence, float, float, float], InvariantResult]
 
 
 def _overload_judge(name: str) -> RtoJudge:
-    """The overload invariants live in slo/overload_invariants.py (which imports this
-    module)."""
+    """The overload invariants (slo/overload_invariants.py)."""
     def judge(ev: Evidence, lo: float, hi: float, rto: float) -> InvariantResult:
-        from slo import overload_invariants as ov
-
         if name == "goodput-recovered":
             return ov.goodput_recovered(ev.requests, ev.faults, lo, hi, rto)
         return ov.request_amplification(ev.requests, ev.faults, lo, hi, rto)

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from slo.evidence import AgentHeardAgain, Attempt, Event, FaultRecord
-from slo.invariants import InvariantResult
+from slo.invariant_result import InvariantResult
 from slo.sli import ObjectIndex, manifest_files, ts
 
 ARTIFACT_MANIFEST = "COMPLETE.json"  # docs/CONTRACTS.md section 3

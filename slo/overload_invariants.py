@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from slo.evidence import FaultRecord, RequestRecord
-from slo.invariants import InvariantResult, fault_spans
+from slo.invariant_result import InvariantResult, fault_spans
 from slo.load_timeline import (
     RECOVERED_SHARE,
     SUBMIT_ROUTE,

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from slo.evidence import PipelineRecord, PipelineStepRecord, SideEffectRecord
-from slo.invariants import InvariantResult
+from slo.invariant_result import InvariantResult
 from slo.sli import ts
 
 PIPELINE_INVARIANTS = ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from slo.evidence import FaultRecord, RequestRecord
-from slo.invariants import InvariantResult, fault_spans
+from slo.invariant_result import InvariantResult, fault_spans
 from slo.sli import NON_API_ROUTE_PREFIXES, ts
 
 # the API's p99 while a disk is slow: a commit waits for the WAL write and flush (hundreds of
