@@ -10,7 +10,7 @@ An EC2NodeClass cannot set or override these keys (Karpenter refuses them in ``s
 so a pool's user tags can never make an instance look like another pool's. EKS managed node
 groups (``nodeGroups`` in the target; the system pool only, which is never a fault target)
 are still found by ``eks:nodegroup-name``. Changes with an inverse (bucket policy, node-group
-sizes) are written to the :class:`~infra.cloud.driver.FaultState` file before they are made,
+sizes) are written to the :class:`~infra.cloud.fault_state.FaultState` file before they are made,
 so a crashed run can still be rolled back.
 """
 
@@ -30,7 +30,7 @@ from chaoslib.exceptions import ActivityFailed
 from infra.cloud.tags import SYSTEM_POOL, karpenter_tags
 
 if TYPE_CHECKING:
-    from infra.cloud.driver import FaultState
+    from infra.cloud.fault_state import FaultState
 
 __all__ = ["DENY_SID", "ZONE_ACL_TAG", "AwsFaultError", "AwsFaults", "AwsTarget",
            "deny_statement"]

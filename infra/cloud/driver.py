@@ -41,11 +41,8 @@ Every change with an inverse is recorded in a JSON state file *before* it is mad
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +50,7 @@ import boto3
 from chaoslib.exceptions import ActivityFailed
 
 from infra.cloud.aws import AwsFaults, AwsTarget
+from infra.cloud.fault_state import FaultState
 from infra.cloud.kubernetes import KubernetesFaults, KubeTarget
 from infra.cloud.tags import SYSTEM_POOL
 
@@ -77,43 +75,6 @@ class CloudConfigError(ActivityFailed):
 class ProdRefused(ActivityFailed):
     """Faults against prod need an explicit ``allow_prod=True``."""
 
-
-class FaultState:
-    """Active faults and what undoes them, persisted as JSON after every change."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    def _read(self) -> dict[str, dict[str, Any]]:
-        try:
-            return json.loads(self.path.read_text())["faults"]
-        except FileNotFoundError:
-            return {}
-
-    def _write(self, faults: dict[str, dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Atomic replace: a crash mid-write must not lose the undo information.
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-")
-        with os.fdopen(fd, "w") as out:
-            json.dump({"version": 1, "faults": faults}, out, indent=2, sort_keys=True)
-        os.replace(tmp, self.path)
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self._read().get(key)
-
-    def put(self, key: str, fault: str, target: str, undo: Mapping[str, Any]) -> None:
-        faults = self._read()
-        since = faults.get(key, {}).get("since") or datetime.now(UTC).isoformat()
-        faults[key] = {"fault": fault, "target": target, "since": since, "undo": dict(undo)}
-        self._write(faults)
-
-    def pop(self, key: str) -> None:
-        faults = self._read()
-        if faults.pop(key, None) is not None:
-            self._write(faults)
-
-    def active(self) -> dict[str, dict[str, Any]]:
-        return self._read()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ reads, pod labels and NetworkPolicy patches use the official client. Gray networ
 (toxics on the agents' route to the API) are Chaos Mesh ``NetworkChaos`` objects in the
 control-plane namespace (``chaos-mesh.org/v1alpha1``; the mapping is
 ``infra/cloud/network_chaos.py``); Chaos Mesh must be installed in the cluster. Every change that has
-an inverse is written to the :class:`~infra.cloud.driver.FaultState` file *before* it is
+an inverse is written to the :class:`~infra.cloud.fault_state.FaultState` file *before* it is
 made, so ``restore_all`` can undo it after a crash.
 
 NetworkPolicies only ever *allow* (the allowed traffic of a pod is the union of every
@@ -46,7 +46,7 @@ from infra.cloud import network_chaos as chaos_mesh
 from infra.local.toxics import ToxicError, parse_toxic
 
 if TYPE_CHECKING:
-    from infra.cloud.driver import FaultState
+    from infra.cloud.fault_state import FaultState
 
 __all__ = [
     "FAULT_LABEL",
