@@ -25,14 +25,13 @@ from typing import Any
 
 import yaml
 
-# Dockerfile targets, each pushed to the ECR repository of the same name, and the CodeBuild
-# exported variable that carries its digest (infra/buildspecs/image.yml).
-IMAGE_TARGETS = ("controlplane", "gameday")
+from infra.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX
+
+# the CodeBuild exported variable that carries each image's digest (infra/buildspecs/image.yml)
 DIGEST_VARIABLES = {t: f"IMAGE_DIGEST_{t.upper()}" for t in IMAGE_TARGETS}
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CONFIG_KEY = "mlplatform:images"  # application stack config: images.controlplane / .gameday
 OUTPUT_KEY = "deployRunner"  # platform stack output (deploy_runner_exports)
-SOURCE_PREFIX = "source/"
 TERMINAL = ("SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED")
 
 

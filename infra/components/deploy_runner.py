@@ -27,7 +27,7 @@ import pulumi_aws as aws
 
 from infra.components.common import TYPE_PREFIX, DataClass, Naming, child, policy_output
 from infra.config import DeployRunnerConfig
-from infra.deploy import IMAGE_TARGETS, SOURCE_PREFIX
+from infra.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX
 
 BUILDSPECS = Path(__file__).resolve().parents[1] / "buildspecs"
 # AWS-managed CodeBuild image (Ubuntu 22.04, Docker, AWS CLI, python 3.11 runtime), pinned by
