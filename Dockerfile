@@ -14,7 +14,9 @@ COPY controlplane ./controlplane
 COPY slo ./slo
 COPY chaos ./chaos
 COPY loadtests ./loadtests
-COPY infra ./infra
+COPY provisioning ./provisioning
+COPY environments ./environments
+COPY operations ./operations
 COPY platforms ./platforms
 
 FROM source AS build-controlplane
@@ -30,7 +32,7 @@ RUN python -m venv /opt/venv \
  && /opt/venv/bin/gameday gate --help >/dev/null
 
 FROM python:3.11.7-slim-bookworm AS base
-# Fixed non-root uid/gid: the Kubernetes pods run as 10001 (infra/components/controlplane.py).
+# Fixed non-root uid/gid: the Kubernetes pods run as 10001 (provisioning/components/controlplane.py).
 RUN groupadd --system --gid 10001 gameday \
  && useradd --system --uid 10001 --gid gameday --home-dir /home/gameday --create-home gameday
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1

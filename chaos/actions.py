@@ -434,7 +434,7 @@ def roll_release(release: str, components: list[str] | None = None, migrate: boo
                  configuration: Configuration = None, secrets: Secrets = None) -> dict:
     """Rolling upgrade (or rollback) of the control plane to ``release`` (``N`` or ``N+1``):
     the schema step, then each process one by one, each healthy before the next
-    (infra/local/faults.py roll_release; docs/upgrades.md). ``restore_all`` undoes it."""
+    (environments/local/faults.py roll_release; docs/upgrades.md). ``restore_all`` undoes it."""
     ctx = _ctx(configuration)
     roll = getattr(ctx.driver, "roll_release", None)
     if roll is None:

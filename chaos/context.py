@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from infra.cloud.env import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
-from infra.environment import Environment, EnvironmentUnavailable, FaultDriver, open_environment
+from environments.base import Environment, EnvironmentUnavailable, FaultDriver, open_environment
+from environments.cloud.env import ALLOW_PROD_ENV, CLOUD_STATE_ENV, CLOUD_TARGET_ENV
 from platforms import PlatformAdapter, get_adapter
 from slo.ledger import LedgerEntry, LedgerWriter
 
@@ -57,7 +57,7 @@ class Context:
 
     @cached_property
     def env(self) -> Environment:
-        """The environment, seen only through infra/environment.py."""
+        """The environment, seen only through environments/base.py."""
         state = os.environ.get(CLOUD_STATE_ENV)
         try:
             return open_environment(

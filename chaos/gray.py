@@ -1,30 +1,30 @@
 """Chaos Toolkit actions for gray failures: slow, lossy, throttled and full, not only dead.
 
-Network: toxics on the fault proxy's routes (infra/local/toxics.py: latency + jitter,
+Network: toxics on the fault proxy's routes (environments/local/toxics.py: latency + jitter,
 bandwidth, slicer, limit_data, reset_peer, timeout), per route or group of routes
 (``agents``, ``database``, ``s3``, ``registry``), changeable while they are in effect.
 
-CPU: a cgroup quota on one component's processes (infra/local/cpu_starvation.py). Memory: a
-cgroup memory limit on them (infra/local/memory_pressure.py): page cache reclaimed, and an
+CPU: a cgroup quota on one component's processes (environments/local/cpu_starvation.py). Memory: a
+cgroup memory limit on them (environments/local/memory_pressure.py): page cache reclaimed, and an
 allocation past the limit ends in the OOM killer inside the group.
 
 Disk: a database member's disk slow (per-operation latency, fsync separately), full (ENOSPC)
 or failing (EIO), optionally only for paths under its data directory matching a glob
-(``pg_wal/**``), through the storage layer (infra/local/disk_faults.py; the environment must
+(``pg_wal/**``), through the storage layer (environments/local/disk_faults.py; the environment must
 run with it: `gameday env up --storage-faults`).
 
-Power: an agent host loses power (infra/local/power_loss.py): the agent and its workloads
-SIGKILLed, every write on the node's own disk (its checkpoint directory, infra/local/
+Power: an agent host loses power (environments/local/power_loss.py): the agent and its workloads
+SIGKILLed, every write on the node's own disk (its checkpoint directory, environments/local/
 node_disk.py) that was not fsynced dropped, the agent started again on the same disk; timed
 inside a checkpoint write of the job, and failed unless the loss met it.
 
-Object store: an S3 brownout (infra/local/s3_brownout.py: ``503 SlowDown`` or another 5xx
+Object store: an S3 brownout (environments/local/s3_brownout.py: ``503 SlowDown`` or another 5xx
 on a share of requests, latency, a bandwidth cap), changeable while in effect; its fault
 records carry the request counts the retry-amplification invariant judges.
 
 Each fault action returns when the fault is in effect and is recorded on the fault timeline;
 each inverse is idempotent. The cloud driver injects network toxics on the agents' route to
-the API as Chaos Mesh NetworkChaos objects (infra/cloud/network_chaos.py: latency, and full
+the API as Chaos Mesh NetworkChaos objects (environments/cloud/network_chaos.py: latency, and full
 silence; a toxic without an equivalent is refused before anything changes, naming its field);
 the drivers that cannot inject a gray fault refuse with the reason; ``gameday validate`` checks every toxic of an experiment before
 anything starts (``argument_problems`` below, called by chaos/validate.py).
@@ -37,9 +37,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chaos.context import ChaosError, Context
-from infra.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
-from infra.local.s3_brownout import BrownoutInvalid, parse_brownout
-from infra.local.toxics import ToxicError, parse_toxic
+from environments.local.memory_pressure import MAX_LIMIT_MIB, MIN_LIMIT_MIB
+from environments.local.s3_brownout import BrownoutInvalid, parse_brownout
+from environments.local.toxics import ToxicError, parse_toxic
 
 __all__ = ["add_toxics", "change_s3_brownout", "change_toxic", "clear_disk", "end_s3_brownout",
            "fail_disk", "fill_disk", "power_loss_during_checkpoint", "release_memory",
@@ -308,7 +308,7 @@ def _target_problems(arguments: Mapping[str, Any], required: bool = True) -> lis
 
 
 def _disk_problems(mode: str) -> Callable[[Mapping[str, Any]], list[tuple[str, str]]]:
-    from infra.local.disk_spec import params_of, problems
+    from environments.local.disk_spec import params_of, problems
 
     def check(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
         params = {k: arguments[k] for k in params_of(mode) if k in arguments}

@@ -3,7 +3,7 @@
 
 The restore runs the runbook's order: 1 stop intake and writers, 2 restore, 3 migrate,
 4 advance fencing, 5 reconcile with object storage and the client ledgers, 6 re-open. Steps
-1-4 and 6 act on the local environment (infra/local/backup.py); on AWS the same order is a
+1-4 and 6 act on the local environment (environments/local/backup.py); on AWS the same order is a
 point-in-time restore to a new RDS instance, which cannot run here, so these actions refuse
 other environments with that reason instead of pretending.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.context import ChaosError, Context
-from infra.cloud.env import CLOUD_ENVS
+from environments.cloud.env import CLOUD_ENVS
 
 __all__ = [
     "acknowledged_submissions_present",
@@ -42,7 +42,7 @@ def _ctx(configuration: Configuration) -> Context:
 
 
 def _backups(ctx: Context) -> Any:
-    from infra.local.backup import DatabaseBackups
+    from environments.local.backup import DatabaseBackups
 
     return DatabaseBackups(ctx.env)
 
@@ -130,7 +130,7 @@ def acknowledged_submissions_present(configuration: Configuration = None,
                                      secrets: Secrets = None) -> dict:
     """Every acknowledged (project, idempotency key) in this run's client ledgers is in the
     store: the durability promise, checked right now rather than only at the end."""
-    from infra.local.restore_reconcile import lost_acknowledgements
+    from environments.local.restore_reconcile import lost_acknowledgements
     from slo import ledger
 
     ctx = Context.from_configuration(configuration)

@@ -24,7 +24,7 @@ Which clock decides what
 The offset
 ----------
 ``CONTROLPLANE_CLOCK_OFFSET_FILE`` names a per-process file holding ``{"offset_seconds": S}``;
-the local environment's fault driver writes it (infra/local/faults.py ``skew_clock``) and
+the local environment's fault driver writes it (environments/local/faults.py ``skew_clock``) and
 removes it to restore the clock. Every reading adds ``S`` to ``time.time()``: the real code
 paths run with a clock that jumped forward (S > 0) or backward (S < 0), as they would on a host
 whose clock stepped. The file is checked at most every ``RECHECK_SECONDS`` (a ``stat``; it is

@@ -74,7 +74,7 @@ KNOWN: dict[str, str] = {
 
 
 # name -> the processes whose code carries it (only those need the switch and a restart;
-# "migrate" is the schema step a rolling upgrade runs, infra/local/env.py roll_release)
+# "migrate" is the schema step a rolling upgrade runs, environments/local/env.py roll_release)
 WHERE: dict[str, frozenset[str]] = {
     "ack-before-commit": frozenset({"api"}),
     "idempotency-ignored": frozenset({"api"}),

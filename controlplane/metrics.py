@@ -55,9 +55,9 @@ CLOCK_OFFSET = Gauge("controlplane_reconciler_clock_offset_seconds",
                      "are measured on the database's clock, controlplane/clock.py)")
 
 # Which process serves each metric slo/ rules read on its /metrics (the
-# app.kubernetes.io/component of its pods, infra/components/controlplane.py): the API counts
+# app.kubernetes.io/component of its pods, provisioning/components/controlplane.py): the API counts
 # what it answers and what agents report to it, the reconciler what its passes see; a metric
-# served by both needs both scraped. infra/slo_inputs.py holds each cloud stack's SLO rules to
+# served by both needs both scraped. provisioning/slo_inputs.py holds each cloud stack's SLO rules to
 # what its monitors scrape.
 SERVED_BY: dict[str, tuple[str, ...]] = {
     "controlplane_http_requests_total": ("api",),

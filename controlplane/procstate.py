@@ -1,5 +1,5 @@
 """Whether a process still runs: the owner checks that end servers and load runs together with
-whoever started them (infra/local/watchdog.py, loadtests/locustfile.py). Standard library only:
+whoever started them (environments/local/watchdog.py, loadtests/locustfile.py). Standard library only:
 the watchdog must start fast and depend on nothing that could be half-installed."""
 
 from __future__ import annotations

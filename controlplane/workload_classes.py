@@ -4,7 +4,7 @@ A submission that names ``workload_class`` gets the class's operation defaults (
 priority, resources, retries, timeout, placement) and may set only the fields the class lists
 as overridable; anything else is refused with the field's path, so a team cannot quietly
 give a notebook a GPU pool's priority or a week-long timeout. The same table gives the
-Kubernetes runtime and the Pulumi program (``infra/components/workload_classes.py``) each
+Kubernetes runtime and the Pulumi program (``provisioning/components/workload_classes.py``) each
 class's service account, logging, security context and capacity: interruptible (spot)
 capacity only for classes marked checkpointable, since an interruption without a checkpoint
 loses all progress.

@@ -116,8 +116,8 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
     """
 
     from controlplane.db import migrate
-    from infra.local.launch import ControlPlane
-    from infra.local.pgserver import PostgresServer
+    from environments.local.launch import ControlPlane
+    from environments.local.pgserver import PostgresServer
 
     figures: dict[str, object] = {}
 

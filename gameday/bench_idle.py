@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from infra.local import procs
+from environments.local import procs
 
 OTHER = "(other processes of the environment)"
 
@@ -106,7 +106,7 @@ def missing_parts(info: Mapping[str, Any]) -> list[str]:
 def measure_idle(name: str, home: Path | None, *, seconds: float, rounds: int, settle: float,
                  say: Callable[[str], None]) -> dict[str, Any]:
     """The idle figures of the local environment `name` (brought up and down if it is not up)."""
-    from infra.local.env import LocalEnvironment
+    from environments.local.env import LocalEnvironment
 
     env = LocalEnvironment(name, home)
     started_here = not env.is_running()

@@ -18,7 +18,7 @@ Figures:
   workload run in a warm interpreter (``main()`` in this process, imports done): what is left
   is what starting a workload costs (interpreter start and imports, or fork and copy-on-write).
 
-Everything started here is in a process group with a watchdog (``infra.local.launch.spawn``)
+Everything started here is in a process group with a watchdog (``environments.local.launch.spawn``)
 and dies with this process, even if it is killed hard; the warm parents are in their agents'
 groups and workloads die with them (PR_SET_PDEATHSIG).
 """
@@ -175,8 +175,8 @@ def _sleep_workload_cpu_ms(endpoint: str, bucket: str, sleep_seconds: float, n: 
 
 def _start_registry(root: Path, logdir: Path) -> tuple[Any, str]:
     from controlplane.registry import push_minimal_image
-    from infra.local.launch import spawn, wait_http
-    from infra.local.pgserver import free_port
+    from environments.local.launch import spawn, wait_http
+    from environments.local.pgserver import free_port
 
     port = free_port()
     (root / "data").mkdir(parents=True, exist_ok=True)
@@ -261,9 +261,9 @@ def measure_runtime(rate: float = 20.0, seconds: float = 20.0, sleep_seconds: fl
     """One round (see the module docstring). ``start_method`` None: the runtime's default."""
     from controlplane import storage
     from controlplane.db import migrate
-    from infra.local import motoserver
-    from infra.local.launch import ControlPlane, spawn, wait_http
-    from infra.local.pgserver import PostgresServer, free_port
+    from environments.local import motoserver
+    from environments.local.launch import ControlPlane, spawn, wait_http
+    from environments.local.pgserver import PostgresServer, free_port
 
     work = Path(tempfile.mkdtemp(prefix="bench-runtime-"))
     logdir = work / "logs"

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from environments.local import procs
 from gameday.bench_disk import DiskFigures, DiskWatch, stalls_text
 from gameday.bench_idle import spent, ticks_of
 from gameday.bench_runtime import percentile
-from infra.local import procs
 
 IMAGE = "127.0.0.1:5000/ml/trainer:1.0"
 # stays blocked (no agent has this dataset): the reconciler routes it once, no agent runs it

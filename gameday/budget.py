@@ -8,10 +8,10 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
+from environments.base import EnvironmentUnavailable, environment_kind
 from gameday.options import Options, run_id
 from gameday.output import say
 from gameday.suites import load_experiment
-from infra.environment import EnvironmentUnavailable, environment_kind
 from slo.archive import ArchiveError, default_location, open_archive
 from slo.baseline import skipped_entry
 from slo.budget_gate import EXIT_SKIPPED, SKIPPED_FILE, BudgetCheck, SloBudget, judge, touched_slos

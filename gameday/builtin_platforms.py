@@ -2,7 +2,7 @@
 in pyproject.toml names each object below; platforms/registry.py reads the group).
 
 They live on the top floor because each ties together parts from three floors: its adapter
-(platforms/), its local-environment module (infra/local/) and its load generator
+(platforms/), its local-environment module (environments/local/) and its load generator
 (loadtests/). Every part is an ordinary import inside a small function: the floor checker
 (import-linter) sees it, and declaring a platform imports none of its code.
 """
@@ -22,7 +22,7 @@ def _controlplane_adapter() -> Any:
 
 
 def _controlplane_local() -> ModuleType:
-    from infra.local import controlplane_platform
+    from environments.local import controlplane_platform
 
     return controlplane_platform
 
@@ -40,7 +40,7 @@ def _prefect_adapter() -> Any:
 
 
 def _prefect_local() -> ModuleType:
-    from infra.local import prefect
+    from environments.local import prefect
 
     return prefect
 

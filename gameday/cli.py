@@ -1,6 +1,6 @@
 """`gameday`: the one CLI entry point.
 
-Subcommands live next to the code they drive (``controlplane/cli.py``, ``infra/local/cli.py``,
+Subcommands live next to the code they drive (``controlplane/cli.py``, ``environments/local/cli.py``,
 ``slo/cli.py`` ...) and are imported lazily, so ``gameday --help`` stays fast and a heavy
 import (Pulumi, boto3) is paid only by the subcommand that needs it.
 """
@@ -14,8 +14,8 @@ import click
 # name -> (module, attribute, one-line help shown in `gameday --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "controlplane": ("controlplane.cli", "group", "Run the reference ML control plane's processes."),
-    "env": ("infra.local.cli", "env_group", "Bring the local environment up/down, status, logs."),
-    "fault": ("infra.local.cli", "fault_group", "Inject and revert faults in the local environment."),
+    "env": ("environments.local.cli", "env_group", "Bring the local environment up/down, status, logs."),
+    "fault": ("environments.local.cli", "fault_group", "Inject and revert faults in the local environment."),
     "evaluate": ("slo.cli", "evaluate_cmd", "Recompute SLIs and the gate verdict from a run directory."),
     "history": ("slo.cli", "history_cmd", "List archived game-day runs (run history), newest first."),
     "slo": ("slo.cli", "slo_group", "Validate SLO specs, generate Prometheus rules, render reports."),
@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("gameday.bench", "bench_group", "Benchmarks that print measured figures."),
     "cost": ("gameday.cost", "cost_group", "Cost per completed run, retries, idle accelerators (declared prices)."),
     "load": ("loadtests.cli", "load_group", "Run Locust load scenarios (ledger + thresholds)."),
-    "infra": ("infra.cli", "infra_group",
+    "infra": ("operations.cli", "infra_group",
               "Pulumi stacks: drift, image build and deploy (in-VPC runner), EKS token."),
 }
 

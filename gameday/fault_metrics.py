@@ -6,10 +6,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from environments.timeline import Timeline
+from environments.timeline_metrics import (
+    DEFAULT_METRICS_PORT,
+    FaultMetricsServer,
+    FaultTimelineCollector,
+)
 from gameday.options import Options
 from gameday.output import say
-from infra.timeline import Timeline
-from infra.timeline_metrics import DEFAULT_METRICS_PORT, FaultMetricsServer, FaultTimelineCollector
 
 
 def serve_fault_metrics(opts: Options, run_id: str, timeline: Path, since: float,

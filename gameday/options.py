@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from infra.environment import ENVIRONMENTS, RunRequest
-from infra.schedule import DEFAULT_FREEZE_FILE
-from infra.timeline_metrics import DEFAULT_METRICS_PORT
+from environments.base import ENVIRONMENTS, RunRequest
+from environments.schedule import DEFAULT_FREEZE_FILE
+from environments.timeline_metrics import DEFAULT_METRICS_PORT
 
 EXIT_REFUSED = 4  # not started: freeze window, lock held, prod without --allow-prod, bad input
 EXIT_INTERRUPTED = 130
@@ -49,7 +49,7 @@ class Options:
 
     @property
     def request(self) -> RunRequest:
-        """What the environment is asked with (infra/environment.py)."""
+        """What the environment is asked with (environments/base.py)."""
         return RunRequest(env=self.env, env_name=self.env_name, home=self.home,
                           target=self.target, allow_prod=self.allow_prod,
                           platform=self.platform, keep_env=self.keep_env)

@@ -1,5 +1,5 @@
 """Before a game day touches anything: the guards that refuse it (`preflight`) and the dry run
-that prints what it would hit. The environment answers for itself (infra/environment.py)."""
+that prints what it would hit. The environment answers for itself (environments/base.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.markup import escape
 
+from environments.base import EnvironmentRefused, EnvironmentUnavailable, environment_kind
+from environments.paths import unwritable
+from environments.schedule import ScheduleError, active_freeze, load_freeze_windows
 from gameday import durability_stream
 from gameday.options import Options, resolve_home
 from gameday.output import say
 from gameday.suites import SuiteError, experiment_names, load_experiment, validate_names
-from infra.environment import EnvironmentRefused, EnvironmentUnavailable, environment_kind
-from infra.paths import unwritable
-from infra.schedule import ScheduleError, active_freeze, load_freeze_windows
 from platforms import registry as platform_registry
 
 

@@ -7,7 +7,7 @@ print the verdict and exit with the gate's code.
 
 Where environments differ (how one is opened and locked, what the experiments need to reach
 it, what its evidence lacks, whether SIGTERM is a Ctrl-C) the runner asks the environment
-(infra/environment.py EnvironmentKind and Environment); it never tests the env's name. The
+(environments/base.py EnvironmentKind and Environment); it never tests the env's name. The
 parts: options.py (the CLI's options), preflight.py (guards, dry run), budget.py (the
 error-budget gate), experiment.py (one experiment), run_evidence.py (collection),
 fault_metrics.py, verdict.py (evaluate and archive).
@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from environments.base import Environment, EnvironmentRefused, OpenRun, environment_kind
+from environments.schedule import ScheduleError
 from gameday import collect, durability_stream
 from gameday.budget import budget_check, print_budget, skip_run
 from gameday.experiment import ExperimentRun, run_experiment, settle, settle_seconds, wait_healthy
@@ -48,8 +50,6 @@ from gameday.preflight import dry_run, preflight
 from gameday.run_evidence import collect_evidence
 from gameday.suites import SuiteError, experiment_requires
 from gameday.verdict import evaluate
-from infra.environment import Environment, EnvironmentRefused, OpenRun, environment_kind
-from infra.schedule import ScheduleError
 from platforms import get_adapter
 from platforms import registry as platform_registry
 from slo.archive import default_location

@@ -1,7 +1,7 @@
 """The evidence of a game day, collected once its faults are undone and its load stopped:
 client ledgers, fault timeline, Prometheus queries and the platform's store snapshot into the
 run directory; what the environment cannot provide is written down, never faked
-(infra/environment.py EvidenceNeeds)."""
+(environments/base.py EvidenceNeeds)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from rich.console import Console
 
+from environments.base import Environment, EvidenceNeeds
 from gameday import collect
 from gameday.output import say
-from infra.environment import Environment, EvidenceNeeds
 from slo.telemetry import SCRAPES_PROMQL, SCRAPES_QUERY
 
 PROM_QUERIES = {

@@ -24,9 +24,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from environments.local.storage import REQUIREMENT as STORAGE
 from gameday.run import EXIT_REFUSED, Options, resolve_home, run_gameday
 from gameday.suites import SUITES, experiment_requires
-from infra.local.storage import REQUIREMENT as STORAGE
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,9 @@ def selftest_cmd(defects: tuple[str, ...], suite: str, runs_dir: Path, down_afte
     """Run each seeded control-plane defect against the experiment meant to catch it and print
     the matrix: failure class, defect, experiment, caught/missed, the objective that caught it.
     Local environment only; exit 0 when every defect was caught by its named objective."""
-    from infra.local.env import LocalEnvironment
-    from infra.local.errors import EnvError
-    from infra.local.platform import local_platform
+    from environments.local.env import LocalEnvironment
+    from environments.local.errors import EnvError
+    from environments.local.platform import local_platform
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     home = resolve_home(None)

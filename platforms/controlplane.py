@@ -443,7 +443,7 @@ def snapshot_objects(endpoint: str | None, bucket: str, path: Path, region: str 
 # Object layout docs/CONTRACTS.md section 3: checkpoints/<op>/..., artifacts/<op>/...,
 # local-checkpoints/<op>/... (the records of node-local checkpoints). The evidence reads every
 # object under these (write_objects); the cloud game-day role may read exactly these
-# (infra/components/identity.py).
+# (provisioning/components/identity.py).
 EVIDENCE_PREFIXES = ("checkpoints", "artifacts", "local-checkpoints")
 
 

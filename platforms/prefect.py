@@ -77,7 +77,7 @@ NOT_APPLICABLE: dict[str, str] = {
         "(env.json zones lists the reference control plane's replicas and agents only), so a "
         "zone outage would take only a database member: not a rehearsal of this class"),
     "db-restore-from-backup": (
-        "the restore order (infra/local/backup.py) stops and restarts the reference control "
+        "the restore order (environments/local/backup.py) stops and restarts the reference control "
         "plane's API, reconciler and agents and reconciles its operations table; Prefect's "
         "server, workers and flow-run tables would need their own restore order"),
 }
@@ -103,7 +103,7 @@ FINDINGS = {
         "run id and no receipt (snapshot/side_effects.jsonl; invariant side-effect-once)"),
     "killed-flow-run-never-recovered": (
         "a flow run whose worker process died stays RUNNING; Prefect's documented zombie "
-        "automation (infra/local/prefect.py) sets it CRASHED, nothing resumes it from a "
+        "automation (environments/local/prefect.py) sets it CRASHED, nothing resumes it from a "
         "checkpoint and its task runs stay RUNNING (snapshot/pipelines.jsonl state failed; "
         "probe interrupted-candidate-resumed-from-checkpoint)"),
     "task-run-cache-key-not-recorded": (

@@ -13,7 +13,7 @@ artifact_written ...) are sent as Prefect run logs, so the adapter rebuilds the 
 timeline from Prefect's own log API: what Prefect drops (e.g. during an API outage) is missing
 from the evidence exactly as it is missing for a Prefect user.
 
-Deployed by ``infra.local.prefect.deploy`` with the module-path entrypoint
+Deployed by ``environments.local.prefect.deploy`` with the module-path entrypoint
 ``platforms.prefect_flow.gameday_train`` (the project is installed ``--no-deps -e`` into
 ``.venv-prefect``, so no code download or pull step is needed, and no Docker).
 """

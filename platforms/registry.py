@@ -42,9 +42,9 @@ class Platform:
     name: str
     description: str
     adapter: Loader  # -> (endpoints, tokens) -> PlatformAdapter
-    local: Loader | None  # -> module implementing infra/local/platform.py LocalPlatform, or None
+    local: Loader | None  # -> module implementing environments/local/platform.py LocalPlatform, or None
     load: Loader  # -> (env, adapter_factory, run_dir, scenario, allow_remote) -> a load run
-    cloud: bool = False  # live game days against a stack (infra/ deploys this platform)
+    cloud: bool = False  # live game days against a stack (provisioning/ deploys this platform)
     # a held queue (accepted, never run) the durability stream can submit to, and an adapter
     # that cancels it (``cancel_held``): gameday/durability_stream.py
     held_queue: bool = False

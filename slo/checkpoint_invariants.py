@@ -1,6 +1,6 @@
 """Invariants of the checkpoint-power-loss class (pure; registered in slo/invariants.py).
 
-An agent's host loses power (fault ``power_loss``, infra/local/power_loss.py): every write on
+An agent's host loses power (fault ``power_loss``, environments/local/power_loss.py): every write on
 its node disk that was not fsynced is gone. What a job promised about its checkpoints before
 that, it promised with a record in the object store (``local-checkpoints/<op>/attempt-<n>/
 step-<N>.json``, written once the bytes were durable on the node) and a ``checkpoint_written``

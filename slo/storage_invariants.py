@@ -5,7 +5,7 @@
 * ``no-failover`` / ``at-most-one-failover``: database promotions while a storage fault lasts
   (and until the records that follow it: ``clear_disk`` records the cluster once it settled),
   counted as increments of the Patroni timeline that the fault's records carry
-  (``details.cluster.timeline``, infra/local/disk_faults.py). A slow disk is not a dead one:
+  (``details.cluster.timeline``, environments/local/disk_faults.py). A slow disk is not a dead one:
   failing over from it, or back and forth (flapping), is a failure of its own.
 """
 

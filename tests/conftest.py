@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.local.launch import ControlPlane
-from infra.local.pgserver import PostgresServer
+from environments.local.launch import ControlPlane
+from environments.local.pgserver import PostgresServer
 
 # the recorded-cluster Kubernetes stub (`fake_cluster`), used by tests/chaos and tests/gameday
 pytest_plugins = ["tests.chaos.fake_kube"]
@@ -19,7 +19,7 @@ _counter = itertools.count()
 
 # Every server a test starts - fixtures in this process, and local environments started by
 # `gameday` subprocesses - dies with this test session, even when it is killed by a timeout
-# (infra/local/watchdog.py, the environment supervisor's owner).
+# (environments/local/watchdog.py, the environment supervisor's owner).
 os.environ.setdefault("GAMEDAY_OWNER_PID", str(os.getpid()))
 
 

@@ -31,7 +31,7 @@ from controlplane.store import agents as agent_store
 router = APIRouter(tags=["agents"], route_class=EdgeRoute)
 # Agents ask for at most their heartbeat interval (the claim's query is what heartbeats a
 # waiting agent); the bound stays under the load balancer's 10 s server timeout
-# (infra/local/components.py), past which it would answer 504 and retry the claim.
+# (environments/local/components.py), past which it would answer 504 and retry the claim.
 MAX_CLAIM_WAIT_SECONDS = 8.0
 
 

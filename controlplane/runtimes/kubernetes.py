@@ -28,7 +28,7 @@ from controlplane.workload.events import WorkloadEvent, parse_line
 LABEL_PREFIX = "gameday.io"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Karpenter's node label; the NodePools allow spot only where the pool is SPOT
-# (infra/components/autoscaling.py), so the pod's own requirement decides.
+# (provisioning/components/autoscaling.py), so the pod's own requirement decides.
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
 
@@ -60,14 +60,14 @@ class JobOptions:
     image_pull_secrets: Sequence[str] = ()
 
 
-# Same label as infra/components/common.py POOL_LABEL (the control plane does not import infra/).
+# Same label as provisioning/components/common.py POOL_LABEL (the control plane does not import provisioning/).
 POOL_LABEL = "platform.gameday/pool"
 
 
 def pool_options(pool: str, namespace: str = "ml-workloads",
                  service_account: str = "ml-workload") -> JobOptions:
     """Default placement per pool, matching the node groups of the Pulumi program: nodes are
-    labelled ``POOL_LABEL=<pool>`` and only GPU nodes are tainted (infra/components/nodepools.py).
+    labelled ``POOL_LABEL=<pool>`` and only GPU nodes are tainted (provisioning/components/nodepools.py).
     """
     selector = {POOL_LABEL: pool}
     tolerations: list[Toleration] = []

@@ -16,7 +16,7 @@ from controlplane import release
 from controlplane.states import OpState, sources_of
 from controlplane.store import Conflict, NotFound
 
-# the held queue the local environment seeds (infra/local/topology.py)
+# the held queue the local environment seeds (environments/local/topology.py)
 HELD_QUEUE = "held"
 # states a held operation can be in: accepted (never read by the scheduler), or queued/blocked
 # if the queue was held after they were routed; never a live attempt

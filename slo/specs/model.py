@@ -1,4 +1,4 @@
-"""Typed, validated view of the spec files (what the rest of slo/ and infra/ consume).
+"""Typed, validated view of the spec files (what the rest of slo/ and provisioning/ consume).
 
 Field names are snake_case Python; the YAML documents use camelCase (OpenSLO for SLOs,
 ``gameday/v1`` for our own kinds). Conversion and error reporting live in loader.py.

@@ -23,8 +23,8 @@ import httpx
 
 from controlplane import storage
 from controlplane.registry import push_minimal_image
-from infra.local import motoserver, procs, watchdog
-from infra.local.pgserver import free_port
+from environments.local import motoserver, procs, watchdog
+from environments.local.pgserver import free_port
 
 VENV_BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[2]

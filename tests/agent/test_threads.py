@@ -15,7 +15,7 @@ from pathlib import Path
 from controlplane.agent.flusher import SpoolFlusher
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("controlplane", "infra", "chaos", "loadtests", "platforms", "slo", "gameday")
+PACKAGES = ("controlplane", "provisioning", "environments", "operations", "chaos", "loadtests", "platforms", "slo", "gameday")
 _PROBE = threading.Thread(target=lambda: None)
 THREAD_NAMES = set(dir(_PROBE)) | set(vars(_PROBE))
 

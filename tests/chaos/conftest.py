@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.cloud.driver import FaultState
-from infra.cloud.kubernetes import KubernetesFaults, KubeTarget
+from environments.cloud.driver import FaultState
+from environments.cloud.kubernetes import KubernetesFaults, KubeTarget
 from tests.chaos.fake_kube import FakeCluster
 
 

@@ -13,9 +13,9 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from infra.cloud.aws import DENY_SID, AwsFaultError, AwsFaults, AwsTarget
-from infra.cloud.driver import FaultState
-from infra.cloud.tags import karpenter_tags
+from environments.cloud.aws import DENY_SID, AwsFaultError, AwsFaults, AwsTarget
+from environments.cloud.driver import FaultState
+from environments.cloud.tags import karpenter_tags
 
 REGION, CLUSTER, BUCKET = "eu-west-1", "mlplatform-dev", "mlplatform-dev-artifacts-bucket-1a2b3c"
 TLS_ONLY = json.dumps({"Version": "2012-10-17", "Statement": [{
@@ -26,7 +26,7 @@ PRINCIPALS = ("arn:aws:iam::*:role/mlplatform-dev-irsa-*",)
 
 
 def make_platform(multi_az: bool = True) -> dict[str, Any]:
-    """What infra/ creates, as far as the AWS faults see it."""
+    """What provisioning/ creates, as far as the AWS faults see it."""
     rds = boto3.client("rds", region_name=REGION)
     rds.create_db_instance(DBInstanceIdentifier="mlplatform-dev-controlplane", Engine="postgres",
                            DBInstanceClass="db.t4g.medium", MultiAZ=multi_az, AllocatedStorage=20,
@@ -180,7 +180,7 @@ def test_aws_a_weaker_instance_filter_would_pick_the_wrong_node_moto_stubbed_aws
         aws: None, state: FaultState, monkeypatch: pytest.MonkeyPatch, weaker: dict[str, str],
         wrongly_found: str) -> None:
     """Mutation kept as a test: with the tag filter broken, the seeded decoys are found."""
-    import infra.cloud.aws as aws_module
+    import environments.cloud.aws as aws_module
 
     ids = make_platform()
     monkeypatch.setattr(aws_module, "karpenter_tags", lambda _cluster, _pool: weaker)

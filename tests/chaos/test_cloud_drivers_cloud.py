@@ -12,8 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.cloud.driver import CloudConfigError, CloudFaults, ProdRefused
-from infra.environment import FaultDriver
+from environments.base import FaultDriver
+from environments.cloud.driver import CloudConfigError, CloudFaults, ProdRefused
 from tests.chaos.fake_kube import FakeCluster
 from tests.chaos.test_cloud_drivers_aws import (
     BUCKET,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from infra.cloud.driver import FaultState
-from infra.cloud.kubernetes import (
+from environments.cloud.driver import FaultState
+from environments.cloud.kubernetes import (
     FAULT_LABEL,
     ORIGINAL_LIMITS_ANNOTATION,
     KubernetesFaultError,
@@ -244,9 +244,9 @@ def test_kubernetes_nodepool_withdraw_refuses_system_and_unknown_pools_stubbed_c
 
 def test_kubernetes_names_match_infra_program_stubbed_client() -> None:
     pytest.importorskip("pulumi")
-    from infra.cloud import kubernetes as drv
-    from infra.components.common import POOL_LABEL
-    from infra.components.controlplane import ControlPlane
+    from environments.cloud import kubernetes as drv
+    from provisioning.components.common import POOL_LABEL
+    from provisioning.components.controlplane import ControlPlane
 
     assert drv.POOL_LABEL == POOL_LABEL
     assert ControlPlane._selector(None, "api") == {**drv.APP_SELECTOR,  # type: ignore[arg-type]

@@ -12,15 +12,15 @@ import pytest
 import yaml
 
 import chaos.gray
-from infra.cloud.driver import CloudConfigError, CloudFaults, FaultState
-from infra.cloud.kubernetes import (
+from environments.cloud.driver import CloudConfigError, CloudFaults, FaultState
+from environments.cloud.kubernetes import (
     TOXIC_ANNOTATION,
     KubernetesFaultError,
     KubernetesFaults,
     KubeTarget,
 )
-from infra.cloud.recorded import RecordedCloudFaults
-from infra.timeline import Timeline
+from environments.cloud.recorded import RecordedCloudFaults
+from environments.timeline import Timeline
 from tests.chaos.fake_kube import FakeCluster
 from tests.chaos.test_cloud_drivers_kubernetes import normalized
 

@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.cloud.aws import ZONE_ACL_TAG, AwsFaultError, AwsFaults
-from infra.cloud.driver import CloudConfigError, CloudFaults, FaultState
-from infra.cloud.kubernetes import ZONE_LABEL, KubernetesFaultError, KubernetesFaults
+from environments.cloud.aws import ZONE_ACL_TAG, AwsFaultError, AwsFaults
+from environments.cloud.driver import CloudConfigError, CloudFaults, FaultState
+from environments.cloud.kubernetes import ZONE_LABEL, KubernetesFaultError, KubernetesFaults
 from tests.chaos.fake_kube import FakeCluster
 from tests.chaos.test_cloud_drivers_aws import CLUSTER, REGION, make_platform, target
 from tests.chaos.test_cloud_drivers_cloud import STACK_OUTPUTS

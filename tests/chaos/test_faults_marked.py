@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from chaos import actions, gray, overload, restore
+from environments.base import FaultDriver
 from gameday.suites import FAULT_FUNCS, load_experiment
-from infra.environment import FaultDriver
 
 # FaultDriver methods that undo a fault: an action calling only these is not a fault.
 DRIVER_INVERSES = {"resume", "start", "artifact_store_restore", "registry_restore",

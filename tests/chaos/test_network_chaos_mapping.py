@@ -1,4 +1,4 @@
-"""The pure mapping of toxics to Chaos Mesh NetworkChaos (infra/cloud/network_chaos.py): what
+"""The pure mapping of toxics to Chaos Mesh NetworkChaos (environments/cloud/network_chaos.py): what
 maps, in which direction, in the CRD's formats, and every toxic without an equivalent refused
 with the path of its field."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from infra.cloud.network_chaos import Netem, UnmappableToxic, netem_of, network_chaos_body
-from infra.local.toxics import parse_toxic
+from environments.cloud.network_chaos import Netem, UnmappableToxic, netem_of, network_chaos_body
+from environments.local.toxics import parse_toxic
 
 
 def netem(doc: dict[str, Any]) -> Netem:

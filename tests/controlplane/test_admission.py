@@ -33,8 +33,8 @@ from controlplane.api.admission import (
 )
 from controlplane.api.app import SETTINGS_ENV, Settings, app_from_env
 from controlplane.cli import group
-from infra.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
-from infra.local.pgserver import free_port
+from environments.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
+from environments.local.pgserver import free_port
 
 SPEC = {"name": "adm", "workload": {"kind": "train", "image": "127.0.0.1:5000/ml/trainer:1.0"},
         "placement": {"dataset": "nowhere"}}

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, spec
 
@@ -163,8 +163,8 @@ def test_health_metrics_and_openapi(user: Api, cp_stack: ControlPlane) -> None:
 
 
 def test_readyz_fails_when_database_unreachable(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from infra.local.launch import gameday_cmd, spawn, wait_http
-    from infra.local.pgserver import free_port
+    from environments.local.launch import gameday_cmd, spawn, wait_http
+    from environments.local.pgserver import free_port
 
     port, dead = free_port(), free_port()
     p = spawn("api-nodb", gameday_cmd("controlplane", "api", "--port", str(port)), tmp_path,

@@ -20,9 +20,9 @@ import pytest
 from controlplane.api.edge import MAX_QUOTED_CHARS
 from controlplane.models import MAX_BODY_BYTES
 from controlplane.registry import ImageRef, InvalidImageReference
-from infra.local.components import _haproxy_cfg
-from infra.local.launch import ControlPlane
-from infra.local.pgserver import PostgresServer
+from environments.local.components import _haproxy_cfg
+from environments.local.launch import ControlPlane
+from environments.local.pgserver import PostgresServer
 
 from .helpers import IMAGE, Api, spec
 

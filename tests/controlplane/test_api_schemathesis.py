@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 # --generation-deterministic makes every run generate the same cases (schemathesis then has

@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.store.agents import NOTIFY_MAX_AGENTS, claimable_agents, claimable_payload
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, spec
 

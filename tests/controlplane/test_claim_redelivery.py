@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, spec, wait_for, wait_state
 

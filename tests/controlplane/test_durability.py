@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from infra.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
+from environments.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
 
 from .helpers import wait_for
 

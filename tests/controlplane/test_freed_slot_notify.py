@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from controlplane.store.operations import NOTIFY_CHANNEL
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, claim_one, spec, wait_state
 

@@ -1,5 +1,5 @@
 """`controlplane migrate --agent-token-env`: how the cloud deploy registers the agent token it
-generated in-cluster (infra/components/controlplane.py), against a real PostgreSQL."""
+generated in-cluster (provisioning/components/controlplane.py), against a real PostgreSQL."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 from controlplane.pipelines.spec import PipelineSpec
 from controlplane.store import auth
 from controlplane.store import pipelines as store
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, claim_one, wait_for
 

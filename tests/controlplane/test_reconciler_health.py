@@ -16,8 +16,8 @@ import pytest
 
 from controlplane.health import ReconcilerHealth, default_stall_seconds, serve
 from controlplane.reconciler import Reconciler, ReconcilerSettings
-from infra.local.launch import Proc, gameday_cmd, spawn, wait_http
-from infra.local.pgserver import PostgresServer, free_port
+from environments.local.launch import Proc, gameday_cmd, spawn, wait_http
+from environments.local.pgserver import PostgresServer, free_port
 
 
 def start_reconciler(dsn: str, logdir: Path, *extra: str) -> tuple[Proc, str]:

@@ -1,7 +1,7 @@
 """A database restore keeps operation identities: the admin restore route re-creates a lost
 acknowledged submission under the id its client holds (controlplane/api/admin.py,
 store.operations.restore), and the restore order's replay uses it (restore_reconcile.replay,
-infra/local/backup.py, through the platform adapter). Real API process and PostgreSQL
+environments/local/backup.py, through the platform adapter). Real API process and PostgreSQL
 (tests/conftest.py)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import httpx
 import psycopg
 import pytest
 
-from infra.local.launch import ControlPlane
-from infra.local.restore_reconcile import pending_line
+from environments.local.launch import ControlPlane
+from environments.local.restore_reconcile import pending_line
 from platforms.controlplane import ControlPlaneAdapter
 from slo.ledger import LedgerEntry
 
@@ -220,7 +220,7 @@ def test_replay_records_identity_and_the_durability_audit_finds_it_by_id(
 
 def test_backup_replay_uses_the_admin_token_and_the_restore_id(cp_stack: ControlPlane,
                                                                user: Api, tmp_path: Path) -> None:
-    from infra.local.backup import BackupError, DatabaseBackups
+    from environments.local.backup import BackupError, DatabaseBackups
 
     op_id, key = lost_ack(user, cp_stack, spec("a"))
     pending = [pending_line(_entry(op_id, key, cp_stack.project, spec("a")), "bk-7")]

@@ -1,4 +1,4 @@
-"""The reconciliation step after a database restore (infra/local/restore_reconcile.py): the
+"""The reconciliation step after a database restore (environments/local/restore_reconcile.py): the
 pure plan, and the ledger reader's errors. The real restore is exercised end to end in
 tests/gameday/test_db_restore.py."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.restore_reconcile import plan
+from environments.local.restore_reconcile import plan
 from platforms.base import StoredOperation
 from slo import ledger
 from slo.ledger import LedgerEntry, LedgerError

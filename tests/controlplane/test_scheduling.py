@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 from .helpers import Api, claim_one, spec, wait_for, wait_state
 

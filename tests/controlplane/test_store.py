@@ -12,7 +12,7 @@ import pytest
 from controlplane.states import OpState
 from controlplane.store import auth, operations
 from controlplane.store.transitions import transition
-from infra.local.launch import gameday_cmd
+from environments.local.launch import gameday_cmd
 
 
 def _seed(dsn: str) -> str:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gameday", "chaos", "infra", "loadtests", "platforms", "slo", "controlplane")
+PACKAGES = ("gameday", "operations", "provisioning", "chaos", "environments", "loadtests", "platforms", "slo", "controlplane")
 LINT = str(Path(sys.executable).with_name("lint-imports"))
 # private names of the standard library / third parties used on purpose, with the reason
 ALLOWED_PRIVATE = {("os", "_exit")}  # the workload exits at once when its agent died
@@ -64,6 +64,6 @@ def test_no_module_uses_another_modules_private_names() -> None:
 
 def test_the_private_name_check_can_fail(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from infra.local import faults\nfrom x import _y\n"
+    bad.write_text("from environments.local import faults\nfrom x import _y\n"
                    "def f(inj):\n    return inj._begin('kill', 'api-1', {})\n")
     assert [u.split(": ", 1)[1] for u in private_uses(bad)] == ["from x import _y", "inj._begin"]

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from infra.local import procs
+from environments.local import procs
 
 
 def gameday(*args: str, home: Path, extra_env: dict[str, str] | None = None,

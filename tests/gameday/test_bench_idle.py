@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from environments.local import env as env_module
+from environments.local import procs
 from gameday.bench_idle import (
     OTHER,
     core_percent,
@@ -20,8 +22,6 @@ from gameday.bench_idle import (
     owners,
     spent,
 )
-from infra.local import env as env_module
-from infra.local import procs
 
 
 def test_core_percent() -> None:

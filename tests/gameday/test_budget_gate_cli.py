@@ -194,8 +194,8 @@ def test_an_explicit_port_is_the_one_announced(tmp_path: Path) -> None:
 
     from rich.console import Console
 
+    from environments.local.ports import reserve_port
     from gameday.run import Options, _serve_fault_metrics
-    from infra.local.ports import reserve_port
 
     port = reserve_port()
     targets = tmp_path / "targets.json"

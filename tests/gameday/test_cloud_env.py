@@ -1,5 +1,5 @@
-"""The cloud environment facade (infra/cloud/env.py), the timeline-recording cloud driver
-(infra/cloud/recorded.py) and the run guards of cloud game days. No AWS or EKS here: Kubernetes
+"""The cloud environment facade (environments/cloud/env.py), the timeline-recording cloud driver
+(environments/cloud/recorded.py) and the run guards of cloud game days. No AWS or EKS here: Kubernetes
 is the hand-written stub of tests/chaos/fake_kube.py (recorded EKS objects), AWS is not called."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.context import CLOUD_STATE_ENV, CLOUD_TARGET_ENV, ChaosError, Context
+from environments.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from gameday.cli import main
 from gameday.run import EXIT_REFUSED
-from infra.cloud.env import CloudEnvError, CloudEnvironment, CloudTargetFile
 from tests.chaos.fake_kube import FakeCluster
 
 SECRETS = {"GAMEDAY_ADMIN_DSN": "postgresql://gameday:s3cret-dsn@db/controlplane",

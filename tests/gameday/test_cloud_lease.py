@@ -1,4 +1,4 @@
-"""The cloud game-day lock (infra/cloud/lock.py) against a stubbed Kubernetes
+"""The cloud game-day lock (environments/cloud/lock.py) against a stubbed Kubernetes
 ``CoordinationV1Api``: no cluster here. The stub keeps Lease objects as the API server would
 (JSON, a resourceVersion bumped on every write, 409 on a create of an existing name or a
 replace carrying a stale resourceVersion), so optimistic concurrency is exercised for real."""
@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from infra.cloud.lock import INFO_ANNOTATION, LEASE_NAME, LeaseLock
-from infra.schedule import ScheduleError
+from environments.cloud.lock import INFO_ANNOTATION, LEASE_NAME, LeaseLock
+from environments.schedule import ScheduleError
 
 NS = "mlp-controlplane"
 T0 = datetime(2025, 3, 4, 6, 0, tzinfo=UTC)

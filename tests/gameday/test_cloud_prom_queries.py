@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
+from environments.cloud.env import KNOWN_GAPS as CLOUD_GAPS
+from environments.cloud.env import PROMETHEUS_QUERIES
 from gameday.run_evidence import PROM_QUERIES
-from infra.cloud.env import KNOWN_GAPS as CLOUD_GAPS
-from infra.cloud.env import PROMETHEUS_QUERIES
 
 CLOUD_PROM_QUERIES = {k: q for k, q in {**PROM_QUERIES, **PROMETHEUS_QUERIES}.items()
                       if q is not None}  # as gameday/run_evidence.py merges them

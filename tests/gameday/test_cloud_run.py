@@ -28,12 +28,12 @@ from kubernetes import client
 from moto import mock_aws
 from rich.console import Console
 
+from environments.cloud.lock import LEASE_NAME
+from environments.cloud.recorded import RecordedCloudFaults
+from environments.local.launch import ControlPlane
 from gameday import run as gameday_run
 from gameday.run import EXIT_INTERRUPTED, Options, run_gameday
 from gameday.suites import load_experiment
-from infra.cloud.lock import LEASE_NAME
-from infra.cloud.recorded import RecordedCloudFaults
-from infra.local.launch import ControlPlane
 from tests.chaos.fake_kube import FakeCluster
 from tests.gameday.test_cloud_lease import StubLeaseApi
 
@@ -239,7 +239,7 @@ def test_cloud_gate_interrupted_still_rolls_back_stubbed_kubernetes_and_aws(
 
 def test_cloud_gate_refused_while_another_run_holds_the_lease_stubbed_kubernetes(
         cloud: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from infra.cloud.lock import LeaseLock
+    from environments.cloud.lock import LeaseLock
 
     LeaseLock(cloud["leases"], NS, "other-run", renew_every=0).acquire({"run_id": "other-run"})
     seen = _stub_experiment(monkeypatch, interrupt=False)

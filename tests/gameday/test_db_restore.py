@@ -81,7 +81,7 @@ def _wait_succeeded(adapter: object, ids: list[str], timeout: float = 90) -> Non
 def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Path,
                                                                        tmp_path: Path) -> None:
     from chaos.restore import acknowledged_submissions_present
-    from infra.local.env import LocalEnvironment
+    from environments.local.env import LocalEnvironment
     from platforms.controlplane import ControlPlaneAdapter
 
     run_dir = tmp_path / "client"

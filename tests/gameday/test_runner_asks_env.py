@@ -1,4 +1,4 @@
-"""The runner asks the environment, never branches on its name (infra/environment.py
+"""The runner asks the environment, never branches on its name (environments/base.py
 EnvironmentKind and Environment): one list of env names, each kind answering what a game day
 needs to know before and after it opens one. No environment is started here."""
 
@@ -13,13 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from gameday import collect, run_evidence
-from gameday.options import Options
-from gameday.preflight import preflight
-from gameday.run import run_cmd
-from gameday.suites import SuiteError
-from infra.cloud.env import CLOUD_ENVS, CloudEnvironment
-from infra.environment import (
+from environments.base import (
     ENVIRONMENTS,
     EnvironmentRefused,
     EnvironmentUnavailable,
@@ -27,7 +21,13 @@ from infra.environment import (
     RunRequest,
     environment_kind,
 )
-from infra.local.env import LocalEnvironment
+from environments.cloud.env import CLOUD_ENVS, CloudEnvironment
+from environments.local.env import LocalEnvironment
+from gameday import collect, run_evidence
+from gameday.options import Options
+from gameday.preflight import preflight
+from gameday.run import run_cmd
+from gameday.suites import SuiteError
 from slo.specs.model import ENVIRONMENTS as SPEC_ENVIRONMENTS
 from tests.gameday.test_cloud_env import SECRETS, target, write
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.schedule import (
+from environments.schedule import (
     DEFAULT_FREEZE_FILE,
     GameDayLock,
     ScheduleError,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from environments.local.env import LocalEnvironment
 from gameday import suites
 from gameday.cli import main
 from gameday.run import EXIT_REFUSED
-from infra.local.env import LocalEnvironment
 
 
 def _run(*args: str, home: Path) -> tuple[int, str]:

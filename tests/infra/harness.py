@@ -1,7 +1,7 @@
 """Run the Pulumi program offline under mocks and return what it registered.
 
 The offline run itself (mocks, monitor, one stack's run) is the product's renderer,
-infra/render.py; this module adds what tests need: config patches, objectives replaced,
+provisioning/render.py; this module adds what tests need: config patches, objectives replaced,
 both layers of an environment in one :class:`Run`.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.render import (
+from provisioning.render import (
     ACCOUNT,
     PLACEHOLDER_IMAGES,
     OfflineMocks,
@@ -28,7 +28,7 @@ __all__ = ["ACCOUNT", "PROGRAM", "PROJECT", "REPO", "TEST_IMAGES", "NoRefsMonito
            "real_rules_available", "run_program", "stack_config"]
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM = REPO / "infra" / "__main__.py"
+PROGRAM = REPO / "provisioning" / "__main__.py"
 PROJECT = "mlplatform"
 PlatformMocks = OfflineMocks  # the mocks live with the product's offline renderer
 NoRefsMonitor = OfflineMonitor
@@ -84,7 +84,7 @@ PLACEHOLDER_RULES = {"groups": [{"name": "placeholder", "rules": [
 def objectives_for(env: str, recovery_patch: dict[str, dict[str, Any]] | None = None) -> Any:
     """Objectives from the real slo/ specs; rules from slo.rules when it exists.
     ``recovery_patch`` replaces attributes of objectives (e.g. a contradictory RPO)."""
-    from infra.slo_source import PlatformObjectives
+    from provisioning.slo_source import PlatformObjectives
     from slo.specs import load_specs
 
     specs = load_specs(env=env)
@@ -103,20 +103,20 @@ def objectives_for(env: str, recovery_patch: dict[str, dict[str, Any]] | None = 
 def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any = None,
                 app_patch: dict[str, Any] | None = None, layers: tuple[str, ...] = ("platform", "application"),
                 ) -> Run:
-    """Run infra/__main__.py for the platform stack ``stack`` (config from Pulumi.<stack>.yaml,
+    """Run provisioning/__main__.py for the platform stack ``stack`` (config from Pulumi.<stack>.yaml,
     deep-merged with ``patch``; a None value deletes a key), then for its application stack
     (Pulumi.<stack>-app.yaml + ``TEST_IMAGES``, deep-merged with ``app_patch``), whose
     StackReference returns the platform run's exports and whose environment settings are the
     patched platform config. Returns the resources both registered.
     ``objectives`` replaces what slo/ would provide (default: ``objectives_for(stack)``)."""
-    import infra.config
-    import infra.slo_source
+    import provisioning.config
+    import provisioning.slo_source
 
     chosen = objectives if objectives is not None else objectives_for(stack)
-    original = infra.slo_source.load_objectives, infra.config.read_environment_settings
+    original = provisioning.slo_source.load_objectives, provisioning.config.read_environment_settings
     platform_config = merge(stack_config(stack), patch or {})
-    infra.slo_source.load_objectives = lambda env: chosen  # type: ignore[assignment]
-    infra.config.read_environment_settings = lambda name: {  # type: ignore[assignment]
+    provisioning.slo_source.load_objectives = lambda env: chosen  # type: ignore[assignment]
+    provisioning.config.read_environment_settings = lambda name: {  # type: ignore[assignment]
         k.split(":", 1)[1]: v for k, v in merge(stack_config(name), patch or {}).items()
         if k.startswith(f"{PROJECT}:")}
     try:
@@ -133,4 +133,4 @@ def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any
             resources += found
         return Run(stack=stack, resources=resources, exports=exports)
     finally:
-        infra.slo_source.load_objectives, infra.config.read_environment_settings = original  # type: ignore[assignment]
+        provisioning.slo_source.load_objectives, provisioning.config.read_environment_settings = original  # type: ignore[assignment]

@@ -11,9 +11,9 @@ import boto3
 import httpx
 import pytest
 
-from infra.local import motoserver
-from infra.local.launch import spawn, wait_http
-from infra.local.pgserver import free_port
+from environments.local import motoserver
+from environments.local.launch import spawn, wait_http
+from environments.local.pgserver import free_port
 
 
 @contextmanager

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from controlplane.runtimes.kubernetes import pool_options
-from infra.components.autoscaling import CHART, NAMESPACE
-from infra.components.instance_types import INSTANCE_TYPES
-from infra.config import ConfigError
+from provisioning.components.autoscaling import CHART, NAMESPACE
+from provisioning.components.instance_types import INSTANCE_TYPES
+from provisioning.config import ConfigError
 from tests.infra.harness import Resource, Run, run_program, stack_config
 from tests.infra.test_policies_and_schema import _mutate
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.components.cluster import control_plane_log_group
-from infra.components.database import rds_log_group
-from infra.config import ConfigError
+from provisioning.components.cluster import control_plane_log_group
+from provisioning.components.database import rds_log_group
+from provisioning.config import ConfigError
 from tests.infra.harness import Run, run_program
 
 STACKS = ("dev", "staging", "prod")

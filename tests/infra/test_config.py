@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError
+from provisioning.config import ConfigError
 from tests.infra.harness import objectives_for, run_program
 
 
@@ -80,7 +80,7 @@ def test_deploy_runner_needs_a_backend_where_the_endpoint_is_private() -> None:
 
 
 def test_deploy_runner_default_follows_the_endpoint() -> None:
-    from infra.config import parse_stack_config
+    from provisioning.config import parse_stack_config
     from tests.infra.harness import stack_config
 
     def parsed(stack: str, cluster: dict | None = None) -> object:

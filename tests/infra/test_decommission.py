@@ -1,4 +1,4 @@
-"""`gameday infra decommission` (infra/decommission.py) against a real moto server seeded with
+"""`gameday infra decommission` (operations/decommission.py) against a real moto server seeded with
 two stacks (the real Pulumi.staging.yaml and Pulumi.dev.yaml give their tags and region):
 staging is retired, dev must come out untouched. Every test talks to moto only through
 `--endpoint-url` (no AWS_ENDPOINT_URL in the environment), so the option is what reaches it."""
@@ -14,7 +14,7 @@ import boto3
 import pytest
 from click.testing import CliRunner, Result
 
-from infra import cli, decommission
+from operations import cli, decommission
 from tests.infra.motoserver import fresh_session
 
 REGION = "eu-west-1"  # aws:region of Pulumi.staging.yaml and Pulumi.dev.yaml

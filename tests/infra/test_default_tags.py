@@ -8,8 +8,8 @@ import json
 import pytest
 from pulumi_policy import PolicyProviderResource, ResourceValidationArgs
 
-from infra.config import ConfigError
-from infra.policies import required_tags
+from provisioning.config import ConfigError
+from provisioning.policies import required_tags
 from tests.infra.harness import Run, run_program, stack_config
 from tests.infra.test_policies_and_schema import OPTS
 

@@ -1,4 +1,4 @@
-"""`gameday infra image|deploy` (infra/deploy.py) against a real moto server: the archive
+"""`gameday infra image|deploy` (operations/deploy.py) against a real moto server: the archive
 lands in the source bucket, a build starts on the right project with the right source
 override. moto's CodeBuild reports every build SUCCEEDED at once and never exports variables,
 so the phase progress, the exported digests and the failure path replay recorded
@@ -23,7 +23,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.validate import validate_parameters
 from click.testing import CliRunner, Result
 
-from infra import cli, deploy
+from operations import cli, deploy
 from tests.infra.motoserver import fresh_session
 
 DATA = Path(__file__).parent / "data" / "codebuild"

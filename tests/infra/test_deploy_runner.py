@@ -1,4 +1,4 @@
-"""The in-VPC deploy runner (infra/components/deploy_runner.py) rendered under Pulumi mocks:
+"""The in-VPC deploy runner (provisioning/components/deploy_runner.py) rendered under Pulumi mocks:
 its wiring (security groups, subnets, repositories, access entry), the offline deployability
 checks and policies on what it declares, and the buildspecs it ships."""
 
@@ -15,12 +15,12 @@ import yaml
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import deployability as d
-from infra.components import deploy_runner as dr
-from infra.components.common import Naming
-from infra.components.registry import Registry
-from infra.config import DeployRunnerConfig, RegistryConfig, parse_stack_config
-from infra.objectives import availability_objectives
+from provisioning import deployability as d
+from provisioning.components import deploy_runner as dr
+from provisioning.components.common import Naming
+from provisioning.components.registry import Registry
+from provisioning.config import DeployRunnerConfig, RegistryConfig, parse_stack_config
+from provisioning.objectives import availability_objectives
 from tests.infra.harness import (
     ACCOUNT,
     PROJECT,

@@ -1,4 +1,4 @@
-"""Deployability checks (infra/deployability.py) on the mock-rendered program of every stack,
+"""Deployability checks (provisioning/deployability.py) on the mock-rendered program of every stack,
 and one mutation per check: remove or break the thing it guards, the check must say so."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from infra import deployability as d
-from infra.config import ConfigError
+from provisioning import deployability as d
+from provisioning.config import ConfigError
 from tests.infra.harness import Resource, Run, run_program
 
 

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from pulumi.automation.events import EngineEvent
 
+from environments.schedule import GameDayLock
 from gameday.cli import main
-from infra import drift
-from infra.schedule import GameDayLock
+from operations import drift
 
 DATA = Path(__file__).parent / "data"
 DRIFTED, CLEAN = DATA / "drift-staging.eventlog.jsonl", DATA / "clean-staging.eventlog.jsonl"

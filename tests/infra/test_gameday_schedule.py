@@ -1,4 +1,4 @@
-"""The scheduled game day (infra/components/gameday.py): CronJob, least-privilege identity,
+"""The scheduled game day (provisioning/components/gameday.py): CronJob, least-privilege identity,
 target description, config validation. Staging enables it in Pulumi.staging.yaml; prod is
 enabled here through a config patch."""
 
@@ -12,15 +12,15 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from infra.components.gameday import (
+from provisioning.components.gameday import (
     CLUSTER_RULES,
     CONTROL_PLANE_RULES,
     CREDENTIALS,
     LEASE_RULES,
     WORKLOAD_RULES,
 )
-from infra.config import ConfigError, validate_cron
-from infra.policies import wildcard_data_actions
+from provisioning.config import ConfigError, validate_cron
+from provisioning.policies import wildcard_data_actions
 from tests.infra.harness import REPO, TEST_IMAGES, Resource, Run, run_program
 from tests.infra.test_policies_and_schema import K8S_VERSION, _plain, export_manifests, violations
 
@@ -301,7 +301,7 @@ def test_game_day_fault_statements_grant_eks_only_for_node_groups(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import pulumi
 
-    from infra.components.identity import game_day_fault_statements
+    from provisioning.components.identity import game_day_fault_statements
 
     # Plain strings: an Output created outside a Pulumi run leaves work behind that hangs the
     # next mocked program run.
@@ -319,7 +319,7 @@ def test_game_day_fault_statements_grant_eks_only_for_node_groups(
 
 # -- the target description -------------------------------------------------------------------------
 def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tmp_path: Path) -> None:
-    from infra.cloud.driver import CloudTarget
+    from environments.cloud.driver import CloudTarget
 
     run = runs["staging"]
     cm = run.one("kubernetes:core/v1:ConfigMap", "gameday-target").props
@@ -343,7 +343,7 @@ def test_target_configmap_names_what_the_stack_declares(runs: dict[str, Run], tm
     }
     # The runner accepts it as is for `--env staging`, and hands the driver keys to the cloud
     # drivers (which refuse unknown keys).
-    from infra.cloud.env import CloudTargetFile
+    from environments.cloud.env import CloudTargetFile
 
     path = tmp_path / "target.json"
     path.write_text(cm["data"]["target.json"])
@@ -468,7 +468,7 @@ def test_ci_schedule_example_never_overlaps_and_keeps_evidence() -> None:
 
 
 def test_target_configmap_nodepools_exist(runs: dict[str, Run]) -> None:
-    from infra.cloud.driver import CloudTarget
+    from environments.cloud.driver import CloudTarget
 
     run = runs["staging"]
     target = json.loads(run.one("kubernetes:core/v1:ConfigMap", "gameday-target").props["data"]["target.json"])

@@ -1,4 +1,4 @@
-"""`gameday infra inventory` (infra/inventory.py, infra/render.py, infra/tagged.py).
+"""`gameday infra inventory` (operations/inventory.py, provisioning/render.py, operations/tagged.py).
 
 Declared inventory: the program rendered offline by the product's renderer; each row's
 fields are the tags the resource carries, its availability objective the one slo/specs give
@@ -19,11 +19,11 @@ import yaml
 from click.testing import CliRunner
 from pulumi_policy import PolicyProviderResource, ResourceValidationArgs
 
-from infra import cli, inventory, render
-from infra.components.common import REQUIRED_TAGS, DataClass
-from infra.config import PROJECT_ROOT, ConfigError
-from infra.objectives import DATA_CLASS_FAILURE_CLASSES
-from infra.policies import required_tags
+from operations import cli, inventory, render
+from provisioning.components.common import REQUIRED_TAGS, DataClass
+from provisioning.config import PROJECT_ROOT, ConfigError
+from provisioning.objectives import DATA_CLASS_FAILURE_CLASSES
+from provisioning.policies import required_tags
 from slo.specs import load_specs
 from tests.infra.harness import run_program, stack_config
 from tests.infra.motoserver import fresh_session

@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from infra.config import ConfigError
-from infra.layers import outputs as out
-from infra.render import merge, run_stack
+from provisioning.config import ConfigError
+from provisioning.layers import outputs as out
+from provisioning.render import merge, run_stack
 from tests.infra.harness import (
     TEST_IMAGES,
     PlatformMocks,
@@ -90,7 +90,7 @@ def test_service_accounts_carry_the_platform_roles(runs: dict[str, Run], stack: 
 
 
 def _cfg(stack: str) -> Any:
-    from infra.config import parse_stack_config
+    from provisioning.config import parse_stack_config
 
     raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items() if k.startswith("mlplatform:")}
     return parse_stack_config(raw)
@@ -153,7 +153,7 @@ def test_kubeconfig_uses_the_package_not_the_aws_cli(runs: dict[str, Run], stack
 def test_eks_token_is_a_presigned_get_caller_identity_for_the_cluster() -> None:
     import boto3
 
-    from infra.cloud.eks_token import TOKEN_PREFIX, eks_token, exec_credential
+    from environments.cloud.eks_token import TOKEN_PREFIX, eks_token, exec_credential
 
     session = boto3.session.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
                                     region_name="eu-west-1")
@@ -171,7 +171,7 @@ def test_eks_token_is_a_presigned_get_caller_identity_for_the_cluster() -> None:
 
 
 def test_eks_token_without_credentials_is_a_clear_error() -> None:
-    from infra.cloud.eks_token import TokenError, eks_token
+    from environments.cloud.eks_token import TokenError, eks_token
 
     class NoCredentials:
         def get_credentials(self) -> None:

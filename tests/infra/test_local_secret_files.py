@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from infra.local.components import (
+from environments.local.components import (
     agent_token_file,
     app_dsn,
     pgpass_file,
@@ -55,7 +55,7 @@ class _FakeEnv:
 def test_revoking_retires_only_tokens_no_longer_in_use(tmp_path: Path) -> None:
     import json
 
-    from infra.local.credentials import LocalCredentials, token_id
+    from environments.local.credentials import LocalCredentials, token_id
 
     env = _FakeEnv(tmp_path, "agent-new-0123456789", "user-new-0123456789")
     creds = LocalCredentials(env)  # type: ignore[arg-type]
@@ -75,7 +75,7 @@ def test_the_refusal_proof_needs_every_replica_to_refuse_every_retired_token(
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from infra.local.credentials import LocalCredentials
+    from environments.local.credentials import LocalCredentials
 
     refused: set[str] = {"agent-old-0123456789", "user-old-0123456789"}
 

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra.config import (
+from provisioning.config import (
     ArtifactsConfig,
     DatabaseConfig,
     DeploymentConfig,
     Environment,
     GpuNodePoolConfig,
 )
-from infra.objectives import (
+from provisioning.objectives import (
     ObjectiveConflict,
     check_gpu_interruptions,
     derive_alarm_window,

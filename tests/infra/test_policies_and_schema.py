@@ -17,7 +17,7 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from infra.policies import (
+from provisioning.policies import (
     RESOURCE_POLICIES,
     STACK_POLICIES,
     pdb_matches_deployment,

@@ -26,7 +26,7 @@ def test_cluster_is_api_auth_oidc_pinned_without_default_nodes(runs: dict[str, R
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_coredns_is_an_addon_created_after_the_system_node_group(runs: dict[str, Run], stack: str) -> None:
-    from infra.deploy_graph import build
+    from provisioning.deploy_graph import build
 
     run = runs[stack]
     graph = build(run.layer(stack), [stack])

@@ -1,4 +1,4 @@
-"""The first deploy rehearsed offline (infra/rehearsal.py): it passes for every stack, and each
+"""The first deploy rehearsed offline (provisioning/rehearsal.py): it passes for every stack, and each
 readiness rule fails on a mutation of the real captured graph that breaks what it guards."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from infra.deploy_graph import EKS_ADDON, Graph, GraphError, Node, build, implied_children
-from infra.placement import Placement, Pool, why_not
-from infra.rehearsal import rehearse
+from provisioning.deploy_graph import EKS_ADDON, Graph, GraphError, Node, build, implied_children
+from provisioning.placement import Placement, Pool, why_not
+from provisioning.rehearsal import rehearse
 from tests.infra.harness import Run
 
 STACKS = ("dev", "staging", "prod")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.metrics import SERVED_BY
-from infra.slo_inputs import rule_inputs, scraped_components, series_read, unexported
+from provisioning.slo_inputs import rule_inputs, scraped_components, series_read, unexported
 from tests.infra.harness import Run
 
 STACKS = ("dev", "staging", "prod")

@@ -1,4 +1,4 @@
-"""The fault timeline as Prometheus metrics (infra/timeline_metrics.py): a real HTTP GET of
+"""The fault timeline as Prometheus metrics (environments/timeline_metrics.py): a real HTTP GET of
 the endpoint while a fault is active and after it was healed, parsed with prometheus_client's
 own text parser."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.timeline import Timeline
-from infra.timeline_metrics import FaultMetricsServer, FaultTimelineCollector
+from environments.timeline import Timeline
+from environments.timeline_metrics import FaultMetricsServer, FaultTimelineCollector
 
 
 def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -1,5 +1,5 @@
 """The Kubernetes pin against the EKS release calendar and Karpenter's compatibility matrix
-(infra/versions.py, issue 49 item 6). The date the check uses is injected: these tests do not
+(provisioning/versions.py, issue 49 item 6). The date the check uses is injected: these tests do not
 change with the calendar."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from datetime import date
 
 import pytest
 
-from infra import versions
-from infra.config import ConfigError
-from infra.versions import (
+from provisioning import versions
+from provisioning.config import ConfigError
+from provisioning.versions import (
     EKS_CALENDAR,
     KARPENTER_CHART_VERSION,
     KARPENTER_MIN,

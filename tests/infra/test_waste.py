@@ -1,4 +1,4 @@
-"""`gameday infra waste` (infra/waste.py) against a real moto server seeded with waste and
+"""`gameday infra waste` (operations/waste.py) against a real moto server seeded with waste and
 with non-waste next to it: exactly the seeded waste is found, with owner, age and action;
 `--apply` deletes only what is tagged lifecycle=temporary; prod is refused. moto sets every
 creation time to "now", so the age threshold is tested by moving the scan's clock."""
@@ -14,8 +14,8 @@ import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner, Result
 
-from infra import cli, waste
-from infra.components.common import REQUIRED_TAGS
+from operations import cli, waste
+from provisioning.components.common import REQUIRED_TAGS
 from tests.infra.motoserver import fresh_session
 
 REGION = "eu-west-1"

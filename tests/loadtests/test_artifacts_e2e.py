@@ -16,8 +16,8 @@ import boto3
 import httpx
 import pytest
 
-from infra.local.launch import ControlPlane, gameday_cmd
-from infra.local.pgserver import free_port
+from environments.local.launch import ControlPlane, gameday_cmd
+from environments.local.pgserver import free_port
 from tests.controlplane.helpers import Api, claim_one, spec
 
 

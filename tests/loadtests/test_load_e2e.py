@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from infra.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
+from environments.local.launch import ControlPlane, gameday_cmd, spawn, wait_http
 from loadtests.runner import ExitCode, start_background
 from loadtests.scenario import load_scenario
 from slo.evidence import LedgerEntry, RequestRecord

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import procs
-from infra.local.env import LocalEnvironment
+from environments.local import procs
+from environments.local.env import LocalEnvironment
 
 ENV_NAME = "pytest"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from infra.local.env import LocalEnvironment
+from environments.local.env import LocalEnvironment
 
 
 def operation_spec(env: LocalEnvironment, steps: int = 5, **overrides: Any) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from controlplane import clock
-from infra.local.components import CLOCK_ENV, clock_offset_file
-from infra.local.errors import EnvError, UnknownTarget
-from infra.local.faults import FaultInjector
+from environments.local.components import CLOCK_ENV, clock_offset_file
+from environments.local.errors import EnvError, UnknownTarget
+from environments.local.faults import FaultInjector
 
 
 def _spec(kind: str, env: dict[str, str]) -> SimpleNamespace:
@@ -23,7 +23,7 @@ def _spec(kind: str, env: dict[str, str]) -> SimpleNamespace:
 
 @pytest.fixture
 def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultInjector]:
-    monkeypatch.setattr("infra.local.faults.CLOCK_RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr("environments.local.faults.CLOCK_RECHECK_SECONDS", 0.0)
     monkeypatch.setattr(clock, "RECHECK_SECONDS", 0.0)
     components = {
         "cpu-1": _spec("agent", {CLOCK_ENV: str(clock_offset_file(tmp_path, "cpu-1"))}),

@@ -1,4 +1,4 @@
-"""CPU starvation of one component (infra/local/cpu_starvation.py) on the real kernel: its
+"""CPU starvation of one component (environments/local/cpu_starvation.py) on the real kernel: its
 processes, and those they start later, get the share asked for; undoing it gives their CPU
 back and leaves no cgroup behind; each step is on the fault timeline."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import procs
-from infra.local.cpu_starvation import CpuStarvation, find_cpu_root, quota_us
-from infra.local.errors import EnvError
-from infra.local.fault_ledger import FaultLedger
+from environments.local import procs
+from environments.local.cpu_starvation import CpuStarvation, find_cpu_root, quota_us
+from environments.local.errors import EnvError
+from environments.local.fault_ledger import FaultLedger
 
 ROOT = find_cpu_root()
 needs_cgroup = pytest.mark.skipif(

@@ -18,11 +18,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from infra.local import procs, storage
-from infra.local.cli import fault_group
-from infra.local.env import LocalEnvironment
-from infra.local.errors import UnknownTarget
-from infra.local.faultfs.mount import fuse_mounts
+from environments.local import procs, storage
+from environments.local.cli import fault_group
+from environments.local.env import LocalEnvironment
+from environments.local.errors import UnknownTarget
+from environments.local.faultfs.mount import fuse_mounts
 
 pytestmark = pytest.mark.slow
 

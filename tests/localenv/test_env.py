@@ -15,10 +15,10 @@ import pytest
 from botocore.exceptions import BotoCoreError, ReadTimeoutError
 from click.testing import CliRunner
 
-from infra.local import procs
-from infra.local.cli import env_group, fault_group
-from infra.local.env import LocalEnvironment
-from infra.local.errors import AlreadyRunning, ComponentUnhealthy, UnknownTarget
+from environments.local import procs
+from environments.local.cli import env_group, fault_group
+from environments.local.env import LocalEnvironment
+from environments.local.errors import AlreadyRunning, ComponentUnhealthy, UnknownTarget
 from tests.localenv.helpers import s3_client
 
 pytestmark = pytest.mark.slow
@@ -248,7 +248,7 @@ def test_prometheus_finds_a_running_game_days_fault_metrics(env: LocalEnvironmen
 
 
 def test_failed_up_names_the_component_and_leaves_nothing(env_home: Path, monkeypatch) -> None:
-    import infra.local.env as env_module
+    import environments.local.env as env_module
 
     real = env_module.build_components
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from infra.local.cli import env_group
+from environments.local.cli import env_group
 
 
 def test_up_below_a_file_is_one_error_line_and_starts_nothing(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.fault_ledger import FaultLedger
+from environments.local.fault_ledger import FaultLedger
 
 
 def _ledger(tmp_path: Path) -> FaultLedger:

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.local import procs
-from infra.local.faultfs import (
+from environments.local import procs
+from environments.local.faultfs import (
     NO_FAULTS,
     ControlUnreachable,
     FaultFsClient,
@@ -38,11 +38,11 @@ from infra.local.faultfs import (
     decide,
     parse_spec,
 )
-from infra.local.faultfs import mount as mount_mod
-from infra.local.faultfs.cache import FlushPlan
-from infra.local.faultfs.control import ControlServer
-from infra.local.faultfs.fs import FaultFs
-from infra.local.faultfs.stats import Stats
+from environments.local.faultfs import mount as mount_mod
+from environments.local.faultfs.cache import FlushPlan
+from environments.local.faultfs.control import ControlServer
+from environments.local.faultfs.fs import FaultFs
+from environments.local.faultfs.stats import Stats
 
 # -- the fault spec ------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from infra.local.cli import fault_group
-from infra.local.env import LocalEnvironment
+from environments.local.cli import fault_group
+from environments.local.env import LocalEnvironment
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""infra/local/launch.py ControlPlane without a `logdir`: it makes a temporary one and removes
+"""environments/local/launch.py ControlPlane without a `logdir`: it makes a temporary one and removes
 it when its `with` block ends cleanly (benchmarks left one in /tmp per run), and keeps it after
 an error, when its processes' logs are what explains the failure."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.launch import ControlPlane
+from environments.local.launch import ControlPlane
 
 
 def test_its_own_log_directory_is_removed_after_a_clean_run_and_kept_after_an_error(

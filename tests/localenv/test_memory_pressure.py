@@ -1,4 +1,4 @@
-"""Memory pressure on one component (infra/local/memory_pressure.py) on the real kernel: the
+"""Memory pressure on one component (environments/local/memory_pressure.py) on the real kernel: the
 limit holds what the processes already use, an allocation beyond it ends in the OOM killer
 inside the group only, a limit below what cannot be reclaimed is refused leaving nothing
 changed, and undoing it leaves no cgroup behind; each step is on the fault timeline."""
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import procs
-from infra.local.errors import EnvError
-from infra.local.fault_ledger import FaultLedger
-from infra.local.memory_pressure import MemoryPressure, find_memory_root, limit_bytes
+from environments.local import procs
+from environments.local.errors import EnvError
+from environments.local.fault_ledger import FaultLedger
+from environments.local.memory_pressure import MemoryPressure, find_memory_root, limit_bytes
 
 ROOT = find_memory_root()
 needs_cgroup = pytest.mark.skipif(

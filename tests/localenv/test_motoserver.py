@@ -1,4 +1,4 @@
-"""The local S3 API server (infra/local/motoserver.py): moto's dispatcher with its host ->
+"""The local S3 API server (environments/local/motoserver.py): moto's dispatcher with its host ->
 backend lookup memoized answers exactly as moto's own, asks moto once per host, stays bounded,
 and serves S3 end to end."""
 
@@ -11,9 +11,9 @@ import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from controlplane import storage
-from infra.local import motoserver
-from infra.local.launch import spawn, wait_http
-from infra.local.pgserver import free_port
+from environments.local import motoserver
+from environments.local.launch import spawn, wait_http
+from environments.local.pgserver import free_port
 
 HOSTS = [None, "moto_api", "s3", "s3.us-east-1.amazonaws.com", "ec2.eu-west-1.amazonaws.com",
          "sts.us-east-1.amazonaws.com", "iam.amazonaws.com", "nothing.example"]

@@ -1,4 +1,4 @@
-"""infra/local/orphans.py: a database directory under /var/lib/gameday whose environment's
+"""environments/local/orphans.py: a database directory under /var/lib/gameday whose environment's
 state directory is gone (a killed run, a deleted clone) is removed by the next `env up`; one
 whose state directory exists, one an environment's process still runs on, and one without an
 owner record are kept. Against a temporary root, never the machine's /var/lib/gameday."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import orphans, procs
-from infra.local.components import OWNER_FILE, prepare_db_root
-from infra.local.env import LocalEnvironment
-from infra.local.errors import EnvError
+from environments.local import orphans, procs
+from environments.local.components import OWNER_FILE, prepare_db_root
+from environments.local.env import LocalEnvironment
+from environments.local.errors import EnvError
 
 
 def _db_root(root: Path, name: str, owner: Path | None) -> Path:
@@ -119,7 +119,7 @@ def test_env_up_removes_its_own_stale_database_only_without_env_json(
     env = LocalEnvironment("stale-test", tmp_path / "home")
     db_root = _db_root(tmp_path / "var-lib-gameday", "stale-test-x", env.state_dir.resolve())
     monkeypatch.setattr(orphans, "SYSTEM_DB_ROOT", tmp_path / "var-lib-gameday")
-    monkeypatch.setattr("infra.local.env.db_root_for", lambda *_a: db_root)
+    monkeypatch.setattr("environments.local.env.db_root_for", lambda *_a: db_root)
     if with_env_json:
         env.state_dir.mkdir(parents=True)
         env.env_file.write_text(json.dumps({"name": "stale-test", "db_root": str(db_root),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import pgserver, ports
-from infra.local.ports import PortsExhausted, allocate_ports
+from environments.local import pgserver, ports
+from environments.local.ports import PortsExhausted, allocate_ports
 
 
 def test_ports_lie_outside_the_kernels_ephemeral_range_and_are_free(tmp_path: Path) -> None:
@@ -106,9 +106,9 @@ def test_a_metrics_server_on_the_apis_port_is_not_taken_for_the_api(
     its words, most likely from such a server on an API replica's port read as healthy."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from infra.local.components import build_components
-    from infra.local.env import LocalEnvironment
-    from infra.local.topology import DEFAULT_AGENTS, Secrets, port_names
+    from environments.local.components import build_components
+    from environments.local.env import LocalEnvironment
+    from environments.local.topology import DEFAULT_AGENTS, Secrets, port_names
 
     names = port_names(DEFAULT_AGENTS)
     allocated = allocate_ports(names, owner=str(tmp_path), path=tmp_path / "r.json")

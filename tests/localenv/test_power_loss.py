@@ -1,4 +1,4 @@
-"""The power-loss fault part (infra/local/power_loss.py) without a kernel mount: the order a
+"""The power-loss fault part (environments/local/power_loss.py) without a kernel mount: the order a
 real power loss gives (every process gone, then the unsynced writes dropped, then power back),
 one fault on the timeline carrying the crash report, and the refusals."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
-from infra.local.errors import EnvError, NotRunning, UnknownTarget
-from infra.local.fault_ledger import FaultLedger
-from infra.local.faultfs.errors import FaultFsError
-from infra.local.power_loss import NO_LAYER, PowerLoss
+from environments.local.components import ComponentSpec, Group, HealthCheck
+from environments.local.errors import EnvError, NotRunning, UnknownTarget
+from environments.local.fault_ledger import FaultLedger
+from environments.local.faultfs.errors import FaultFsError
+from environments.local.power_loss import NO_LAYER, PowerLoss
 
 REPORT = {"dropped_bytes": 7, "removed_files": [],
           "dropped_files": [{"path": "/op/slot-1/weights.npy", "bytes": 7, "truncated": True}]}

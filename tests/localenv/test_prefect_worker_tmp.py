@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.local import prefect as pf
+from environments.local import prefect as pf
 
 
 def test_worker_temporary_files_go_to_the_environment_state(tmp_path: Path) -> None:

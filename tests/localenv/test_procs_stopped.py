@@ -1,4 +1,4 @@
-"""A stopped process is one whose every thread is stopped (infra/local/procs.py): a SIGSTOP
+"""A stopped process is one whose every thread is stopped (environments/local/procs.py): a SIGSTOP
 reaches a busy thread on another core after the main one, and a frozen server that still
 answered in between failed a frozen-registry test once in CI."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from infra.local import procs
+from environments.local import procs
 
 # the main thread sleeps while two others spin: a main-thread-only check calls it stopped
 # as soon as the main thread is, whatever the others do

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.local.components import _prometheus_cfg
+from environments.local.components import _prometheus_cfg
 
 BASE = {"prometheus": 1, "etcd_client": 2, "pg0_rest": 3, "pg1_rest": 4, "haproxy_stats": 5,
         "registry_debug": 6, "proxy_control": 7}

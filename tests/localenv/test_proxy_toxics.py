@@ -1,4 +1,4 @@
-"""The fault proxy's toxics (gray network faults): the pure part of infra/local/toxics.py, then a
+"""The fault proxy's toxics (gray network faults): the pure part of environments/local/toxics.py, then a
 real proxy process between real loopback clients and servers, measured on the wire."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.local import proxy as proxy_module
-from infra.local import watchdog
-from infra.local.ports import reserve_port
-from infra.local.toxics import (
+from environments.local import proxy as proxy_module
+from environments.local import watchdog
+from environments.local.ports import reserve_port
+from environments.local.toxics import (
     Latency,
     ResetPeer,
     Stream,
@@ -275,7 +275,7 @@ def proxy_server(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
     config.write_text(json.dumps({"control_port": control, "routes": {
         "echo": {"listen": echo, "target": f"127.0.0.1:{servers.echo}"},
         "src": {"listen": source, "target": f"127.0.0.1:{servers.source}"}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.proxy", "--config", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "environments.local.proxy", "--config", str(config)],
                             start_new_session=True)
     dog = watchdog.watch(proc.pid)  # dies with the test session even if pytest is killed
     http = httpx.Client(base_url=f"http://127.0.0.1:{control}", timeout=5)

@@ -13,8 +13,8 @@ from typing import Self
 
 import pytest
 
-from infra.local import procs
-from infra.local.env import LocalEnvironment
+from environments.local import procs
+from environments.local.env import LocalEnvironment
 from tests.localenv.helpers import Client, operation_spec
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from infra.local.cli import env_group
-from infra.local.env import state_dir_for
-from infra.local.redact import REDACTED, redact
+from environments.local.cli import env_group
+from environments.local.env import state_dir_for
+from environments.local.redact import REDACTED, redact
 
 PASSWORD = "pg-super-S3cret"
 TOKENS = {"projects": {"team-a": "u-team-a-secret", "team-b": "u-team-b-secret"},

@@ -1,4 +1,4 @@
-"""The local driver's rolling upgrade on the real environment (infra/local/faults.py
+"""The local driver's rolling upgrade on the real environment (environments/local/faults.py
 roll_release): the schema step runs `controlplane migrate --release N+1` against the
 environment's database, a process restarts as N+1 and answers, and restore_all takes the
 processes back to N on the expanded schema (docs/upgrades.md). The full game day once failed
@@ -10,7 +10,7 @@ import json
 
 import psycopg
 
-from infra.local.env import LocalEnvironment
+from environments.local.env import LocalEnvironment
 
 
 def _columns(env: LocalEnvironment) -> set[str]:

@@ -1,4 +1,4 @@
-"""The S3 brownout of the local S3 API server (infra/local/s3_brownout.py): the pure parts on
+"""The S3 brownout of the local S3 API server (environments/local/s3_brownout.py): the pure parts on
 their own, then a real motoserver process driven through its control path and a real boto3
 client with retries off, so every injected answer reaches the test as botocore parses it."""
 
@@ -22,10 +22,10 @@ from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane import storage
-from infra.local import motoserver
-from infra.local import s3_brownout as sb
-from infra.local.launch import spawn, wait_http
-from infra.local.pgserver import free_port
+from environments.local import motoserver
+from environments.local import s3_brownout as sb
+from environments.local.launch import spawn, wait_http
+from environments.local.pgserver import free_port
 
 BUCKET = "brownout-test"
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from environments.local import disk_spec, storage
+from environments.local.components import build_components
+from environments.local.disk_faults import NO_LAYER, DiskFaults, cluster_of, injected
+from environments.local.env import LocalEnvironment
+from environments.local.errors import EnvError, NotRunning
+from environments.local.fault_ledger import FaultLedger
+from environments.local.topology import Secrets, port_names
 from gameday.suites import experiment_requires
-from infra.local import disk_spec, storage
-from infra.local.components import build_components
-from infra.local.disk_faults import NO_LAYER, DiskFaults, cluster_of, injected
-from infra.local.env import LocalEnvironment
-from infra.local.errors import EnvError, NotRunning
-from infra.local.fault_ledger import FaultLedger
-from infra.local.topology import Secrets, port_names
 
 
 def test_a_disk_spec_maps_the_harness_parameters_onto_faultfs() -> None:
@@ -101,10 +101,10 @@ def test_with_the_flag_each_member_has_its_disk_first_and_its_data_on_the_mount(
 
 def test_with_the_flag_cpu_2_keeps_its_checkpoints_on_a_node_disk_of_its_own(
         tmp_path: Path) -> None:
-    """The node disk is a component of its own (infra/local/node_disk.py), started with the
+    """The node disk is a component of its own (environments/local/node_disk.py), started with the
     infrastructure; only cpu-2 is pointed at it, and only with the flag."""
-    from infra.local import node_disk
-    from infra.local.topology import DEFAULT_AGENTS
+    from environments.local import node_disk
+    from environments.local.topology import DEFAULT_AGENTS
 
     def build(flag: bool) -> dict:
         agents = tuple(a.name for a in DEFAULT_AGENTS)
@@ -142,7 +142,7 @@ def test_the_local_environment_answers_which_experiments_need_the_layer(tmp_path
 
 def test_a_machine_without_fuse_is_refused_before_anything_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("infra.local.faultfs.mount.FUSE_DEVICE", str(tmp_path / "no-fuse"))
+    monkeypatch.setattr("environments.local.faultfs.mount.FUSE_DEVICE", str(tmp_path / "no-fuse"))
     env = LocalEnvironment("nofuse", tmp_path, storage_faults=True)
     with pytest.raises(EnvError, match=r"--storage-faults: .*no-fuse does not exist"):
         env.up()
@@ -151,8 +151,8 @@ def test_a_machine_without_fuse_is_refused_before_anything_starts(
 
 
 def _fuse_or_skip() -> None:
-    from infra.local.faultfs import FuseUnavailable
-    from infra.local.faultfs.mount import check_fuse
+    from environments.local.faultfs import FuseUnavailable
+    from environments.local.faultfs.mount import check_fuse
 
     try:
         check_fuse()
@@ -170,10 +170,10 @@ def test_orphan_cleanup_detaches_a_dead_mount_and_leaves_a_live_one_alone(
     import os
     import signal
 
-    from infra.local import orphans, procs
-    from infra.local.components import OWNER_FILE
-    from infra.local.faultfs import FaultFsProcess
-    from infra.local.faultfs.mount import is_mounted
+    from environments.local import orphans, procs
+    from environments.local.components import OWNER_FILE
+    from environments.local.faultfs import FaultFsProcess
+    from environments.local.faultfs.mount import is_mounted
 
     _fuse_or_skip()
     db_root = tmp_path / "root" / "gone-env-1234"

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.local import procs
-from infra.local.ports import reserve_port
-from infra.local.supervisor import SupervisorClient
-from infra.timeline import Timeline
+from environments.local import procs
+from environments.local.ports import reserve_port
+from environments.local.supervisor import SupervisorClient
+from environments.timeline import Timeline
 
 
 def _wait_http(url: str, timeout: float = 10.0) -> None:
@@ -73,7 +73,7 @@ def _proxy_to(tmp_path: Path, route: str, target_port: int) -> Iterator[tuple[st
     config = tmp_path / "proxy.json"
     config.write_text(json.dumps({"control_port": control, "routes": {
         route: {"listen": listen, "target": f"127.0.0.1:{target_port}"}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.proxy", "--config", str(config)])
+    proc = subprocess.Popen([sys.executable, "-m", "environments.local.proxy", "--config", str(config)])
     try:
         _wait_http(f"http://127.0.0.1:{control}/healthz")
         yield f"http://127.0.0.1:{control}", listen
@@ -166,7 +166,7 @@ def test_supervisor_kills_everything_when_its_owner_dies(tmp_path: Path) -> None
     """A crashed `up` (owner gone before detach) leaves no orphan, not even a double-forked one."""
     state = tmp_path / "env"
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    daemon = subprocess.Popen([sys.executable, "-m", "infra.local.supervisor", "--state", str(state),
+    daemon = subprocess.Popen([sys.executable, "-m", "environments.local.supervisor", "--state", str(state),
                                "--owner-pid", str(owner.pid)], start_new_session=True)
     client = SupervisorClient(state)
     deadline = time.monotonic() + 10
@@ -199,7 +199,7 @@ def test_timeline_lines_follow_the_contract(tmp_path: Path) -> None:
 
 
 def test_run_as_postgres_only_when_root() -> None:
-    from infra.local.components import run_as_postgres
+    from environments.local.components import run_as_postgres
 
     assert run_as_postgres() == ("postgres" if os.geteuid() == 0 else None)
 
@@ -209,7 +209,7 @@ def test_supervisor_does_not_give_a_new_child_the_exit_of_an_earlier_process_wit
     # pids are reused: the supervisor reaps thousands of workload processes in a game day, and
     # a restarted agent that got a reaped process's pid was reported as "exited with code 1"
     # the moment it started (a pool restore failed, the game day had no verdict)
-    from infra.local import supervisor
+    from environments.local import supervisor
 
     class FakePopen:
         def __init__(self, *_a: object, **_k: object) -> None:

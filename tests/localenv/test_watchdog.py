@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from infra.local import watchdog
+from environments.local import watchdog
 
 
 def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:

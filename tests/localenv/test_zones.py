@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
-from infra.local.env import LocalEnvironment
-from infra.local.errors import EnvError, UnknownTarget
-from infra.local.topology import API_ZONES, DB_ZONES, DEFAULT_AGENTS, zone_map
+from environments.local.components import ComponentSpec, Group, HealthCheck
+from environments.local.env import LocalEnvironment
+from environments.local.errors import EnvError, UnknownTarget
+from environments.local.topology import API_ZONES, DB_ZONES, DEFAULT_AGENTS, zone_map
 
 
 def _env(tmp_path: Path, info: dict[str, Any]) -> LocalEnvironment:

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.local import motoserver
-from infra.local import prefect as pf
-from infra.local.pgserver import PostgresServer, free_port
+from environments.local import motoserver
+from environments.local import prefect as pf
+from environments.local.pgserver import PostgresServer, free_port
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import prefect as pf
-from infra.local import procs
+from environments.local import prefect as pf
+from environments.local import procs
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
 
@@ -142,7 +142,7 @@ def _assert_pipeline_findings(r: subprocess.CompletedProcess[str], runs: Path) -
     for name in ("cache-hit-when-unchanged", "partial-failure-visibility", "release-after-checks"):
         assert not inv[name]["violations"], inv[name]
     # finding 3: the flow run whose worker was killed was marked crashed by the zombie
-    # automation (infra/local/prefect.py), never resumed; its train-a task run stays RUNNING
+    # automation (environments/local/prefect.py), never resumed; its train-a task run stays RUNNING
     pipes = {json.loads(x)["name"]: json.loads(x) for x in
              (run_dir / "snapshot" / "pipelines.jsonl").read_text().splitlines() if x}
     base = pipes["pipeline-recovery-base"]

@@ -12,8 +12,8 @@ from types import ModuleType
 import grimp
 import pytest
 
-from infra.local.errors import EnvError
-from infra.local.platform import HOOKS, local_platform
+from environments.local.errors import EnvError
+from environments.local.platform import HOOKS, local_platform
 from platforms import PLATFORMS, PlatformError, get_adapter, registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def _missing_load() -> object:
 
 
 def _not_hooks() -> ModuleType:
-    from infra.local import topology
+    from environments.local import topology
 
     return topology
 
@@ -98,7 +98,7 @@ def test_a_broken_part_is_refused_naming_the_part(monkeypatch: pytest.MonkeyPatc
                                             r"\(ModuleNotFoundError: No module named 'loadtests.nope'"):
         broken.resolve("load")
     with pytest.raises(EnvError, match="does not implement the local platform hooks"):
-        local_platform("broken")  # infra.local.topology is not a LocalPlatform module
+        local_platform("broken")  # environments.local.topology is not a LocalPlatform module
 
 
 def test_an_installed_distribution_adds_a_platform_by_entry_point(
@@ -168,7 +168,7 @@ def test_a_stale_install_of_this_checkout_falls_back_to_its_pyproject(
 def test_the_floor_checker_sees_every_part_of_every_builtin_platform() -> None:
     """The entry points name objects on the top floor whose parts are ordinary imports:
     import-linter's graph has each one (it never sees an import by string)."""
-    graph = grimp.build_graph(*("gameday", "chaos", "infra", "loadtests", "platforms", "slo",
+    graph = grimp.build_graph(*("gameday", "operations", "provisioning", "chaos", "environments", "loadtests", "platforms", "slo",
                                 "controlplane"), cache_dir=None)
     for ep in registry.source_tree_entry_points():
         platform = ep.load()
@@ -185,7 +185,7 @@ def test_nothing_outside_the_registry_names_a_platform() -> None:
     """No `platform == "prefect"`-style branch anywhere: adding a platform is one module and
     one registry line."""
     pattern = re.compile(r"""(platform|opts\.platform)\s*[!=]=\s*["'](controlplane|prefect)["']""")
-    hits = [f"{f}:{n}" for pkg in ("gameday", "chaos", "infra", "loadtests", "platforms", "slo")
+    hits = [f"{f}:{n}" for pkg in ("gameday", "operations", "provisioning", "chaos", "environments", "loadtests", "platforms", "slo")
             for f in (ROOT / pkg).rglob("*.py")
             for n, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.local import motoserver, watchdog
-from infra.local.pgserver import free_port
+from environments.local import motoserver, watchdog
+from environments.local.pgserver import free_port
 from slo.archive import (
     AlreadyArchived,
     ArchiveError,

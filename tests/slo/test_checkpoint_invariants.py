@@ -1,7 +1,7 @@
 """The checkpoint-power-loss invariants (slo/checkpoint_invariants.py) on hand-made evidence:
 the healthy resume, and the two seeded defects' shapes (a reported checkpoint lost with the
 unsynced writes; a resume from bytes nobody recorded), plus the power-loss helpers of
-infra/local/power_loss.py that read the crash report."""
+environments/local/power_loss.py that read the crash report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from infra.local.power_loss import dropped_under
+from environments.local.power_loss import dropped_under
 from slo.checkpoint_invariants import (
     durable_resume,
     interrupted,
@@ -167,7 +167,7 @@ def test_dropped_under_reads_the_crash_report() -> None:
 
 def test_a_write_is_under_way_while_the_mount_shows_bytes_the_backing_lacks(
         tmp_path: Path) -> None:
-    from infra.local.power_loss import write_under_way
+    from environments.local.power_loss import write_under_way
 
     mount, backing = tmp_path / "mnt" / "op", tmp_path / "backing" / "op"
     for root in (mount, backing):

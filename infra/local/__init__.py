@@ -1,5 +1,0 @@
-"""Local environment: the whole platform on real local servers (docs/DESIGN.md section 5.1).
-
-``infra.local.env.LocalEnvironment`` is the entry point; ``infra.local.cli`` holds the
-``gameday env`` and ``gameday fault`` command groups.
-"""
