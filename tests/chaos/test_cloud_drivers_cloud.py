@@ -155,7 +155,7 @@ def test_cloud_crash_mid_fault_is_still_rolled_back_stubbed_clients(
         raise KeyboardInterrupt  # the process dies after labelling, before the policy
 
     with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
-        patched.setattr(cloud.k8s, "_create_policy", crash)
+        patched.setattr(cloud.k8s.isolation, "_create_policy", crash)
         cloud.hang("api-1")
     assert normalized(cloud_env) != before  # the pod carries the fault label
     assert build(tmp_path).restore_all() == ["hang:api-1"]
