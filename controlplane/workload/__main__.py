@@ -122,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         from controlplane.workload import steps
+        from controlplane.workload.data import DataUnavailable
         try:
             inputs = steps.read_inputs(store, json.loads(args.pipeline_inputs or "null"))
+        except DataUnavailable as exc:  # data at start: a source missing or not as declared
+            emit("start_failed", f"data unavailable at start: {exc}",
+                 error_kind="deterministic", reason="data_unavailable")
+            return EXIT_INVALID
         except ValueError as exc:  # the bytes behind an input are not the ones it was given
             emit("start_failed", str(exc), error_kind="deterministic")
             return EXIT_INVALID
