@@ -210,7 +210,7 @@ class AttemptRunner(threading.Thread):
             return self._report_success(pinned)
         reason = result.reason
         if self.observed.start_failed:  # e.g. which dataset was missing or not as declared
-            reason = f"{reason}: {self.observed.start_failed}"
+            reason = f"{reason.rstrip(': ')}: {self.observed.start_failed}"
         self._final_report("failed", reason, transient=result.transient)
         return Ending.FAILED
 
