@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INVALID
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
                      checkpoint_commit_delay=args.checkpoint_commit_delay,
-                     inputs=inputs.digests if inputs is not None else None)
+                     inputs=inputs.digests if inputs is not None else None,
+                     inputs_sha256=inputs.content_sha256() if inputs is not None else None)
     if args.local_checkpoint_dir is not None:
         from pathlib import Path
 

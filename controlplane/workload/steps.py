@@ -11,6 +11,7 @@ plane accepts before any downstream step starts (controlplane/pipelines/manifest
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -31,6 +32,16 @@ class Inputs:
     digests: list[str] = field(default_factory=list)
     # the datasets read at start (controlplane/workload/data.py accounting); {} without any
     sources: dict[str, Any] = field(default_factory=dict)
+
+    def content_sha256(self) -> str | None:
+        """One sha256 over the verified input files (name and bytes, in name order); None
+        without any: what a training step's data is drawn from (model.make_dataset)."""
+        if not self.files:
+            return None
+        h = hashlib.sha256()
+        for name, blob in sorted(self.files.items()):
+            h.update(name.encode() + b"\0" + hashlib.sha256(blob).digest())
+        return h.hexdigest()
 
 
 def read_inputs(store: storage.ObjectStore, doc: dict[str, Any] | None) -> Inputs:

@@ -263,3 +263,22 @@ def test_seeded_defect_source_digest_unchecked_runs_on_corrupt_bytes(moto: S3Ser
     assert m is not None and m["sources"]["excluded"] == {}
     assert m["sources"]["read"]["s03"] == storage.sha256_hex(b"corrupt bytes\n")
     assert m["sources"]["read"]["s03"] != ds[3]["sha256"]
+
+
+def test_a_training_step_draws_its_data_from_the_bytes_it_verified(moto: S3Server) -> None:
+    """Data at start is real input: the same candidate on other prepared bytes trains another
+    model; on the same bytes, the same model."""
+    store = moto.store()
+    weights = []
+    for rows in (b"a,1\n", b"a,1\n", b"b,2\n"):
+        uri = f"datasets/{uuid.uuid4()}/rows.csv"
+        store.put(uri, rows)
+        ds = {"name": "rows", "sha256": storage.sha256_hex(rows), "uri": uri}
+        op = f"train-{uuid.uuid4()}"
+        done = run("train", op, moto, {"steps": [], "datasets": [ds], "digests": [ds["sha256"]]},
+                   "--steps", "4", "--checkpoint-every", "2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        m, _ = storage.verify_artifacts(store, op, 1)
+        assert m is not None
+        weights.append(m["files"]["model.npy"]["sha256"])
+    assert weights[0] == weights[1] != weights[2]
