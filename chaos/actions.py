@@ -16,6 +16,7 @@ from chaos.context import ChaosError, Context, utcnow
 from platforms import PlatformError, SubmitRequest, Workload
 
 __all__ = [
+    "break_data_source",
     "crash_database_primary",
     "fail_over_database",
     "hang",
@@ -35,6 +36,7 @@ __all__ = [
     "restore_all",
     "restore_artifact_store",
     "restore_clock",
+    "restore_data_source",
     "restore_pool",
     "restore_registry",
     "restore_zone",
@@ -48,18 +50,21 @@ __all__ = [
     "stop",
     "stop_agents_in_region",
     "submit_pipeline",
+    "submit_source_pipeline",
     "submit_workloads",
     "wait_for_operations",
     "wait_for_pipeline",
     "wait_for_progress",
     "wait_for_storage_pause",
     "withdraw_pool",
+    "write_data_sources",
     "zone_outage",
 ]
 
 # The actions that inject a fault (the others undo one or drive the workload): what
 # `gameday run --dry-run` lists as hit. Each is in __all__ (tests/chaos/test_faults_marked.py).
 FAULTS = (
+    "break_data_source",
     "crash_database_primary",
     "fail_over_database",
     "hang",
@@ -779,3 +784,130 @@ def replay_side_effect(tag: str, step: str = "register", configuration: Configur
     return {"operation_id": s["operation_id"], "action_id": effect["action_id"],
             "first_receipt": effect.get("receipt"), "status": status,
             "created": answer.get("created"), "receipt": answer.get("receipt")}
+
+
+# -- data at start: a step reading ten sources, one unavailable or corrupt ------------------
+# (docs/CONTRACTS.md section 5, "Data at start"; slo/pipelines.py sources-accounted)
+SOURCE_FAULT = "data_source_unavailable"  # the fault name slo/pipelines.py judges
+
+
+def _source_bytes(nonce: str, tag: str, i: int) -> bytes:
+    return "".join(f"{nonce},{tag},source-{i},row-{r},{(r * 7 + i) % 13}\n"
+                   for r in range(20)).encode()
+
+
+def write_data_sources(tag: str, count: int = 10, configuration: Configuration = None,
+                       secrets: Secrets = None) -> dict:
+    """Write ``count`` small sources (s00, s01, ...) to the object store under this run's prefix
+    for ``tag`` and remember their declarations (name, sha256 of the bytes, uri): what a
+    pipeline of ``tag`` will declare."""
+    ctx = _ctx(configuration)
+    cp = _pipelines(ctx)
+    nonce = uuid.uuid4().hex[:12]
+    declared = []
+    for i in range(count):
+        data = _source_bytes(nonce, tag, i)
+        uri = f"datasets/{ctx.experiment}/{nonce}/{tag}/s{i:02d}.csv"
+        try:
+            cp.put_object(uri, data)
+        except Exception as exc:
+            raise ChaosError(f"source {uri}: could not be written: {exc}") from exc
+        declared.append({"name": f"s{i:02d}", "uri": uri, "sha256": _sha256(data)})
+    ctx.remember(f"{tag}:sources", declared)
+    ctx.remember(f"{tag}:nonce", [nonce])
+    return {"tag": tag, "sources": len(declared), "prefix": f"datasets/{ctx.experiment}/{nonce}/"
+            f"{tag}/"}
+
+
+def _source(ctx: Context, tag: str, source: str) -> dict[str, Any]:
+    found = [d for d in ctx.recall(f"{tag}:sources") if d["name"] == source]
+    if not found:
+        raise ChaosError(f"no source {source!r} was written for {tag!r} (write_data_sources)")
+    return dict(found[0])
+
+
+def break_data_source(tag: str, source: str, mode: str = "corrupt",
+                      configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Make one source of ``tag`` unusable behind its declaration: ``corrupt`` writes other
+    bytes under its uri (a digest mismatch), ``missing`` deletes its object. Recorded on the
+    fault timeline (``data_source_unavailable``, target: the uri) until restore_data_source."""
+    if mode not in ("corrupt", "missing"):
+        raise ChaosError(f"mode {mode!r}: expected corrupt or missing")
+    ctx = _ctx(configuration)
+    cp = _pipelines(ctx)
+    begin = getattr(ctx.driver, "begin", None)
+    if begin is None:
+        raise ChaosError(f"the {ctx.driver.name} fault driver cannot record a data-source fault "
+                         "on its timeline (no begin)")
+    ds = _source(ctx, tag, source)
+    details = {"tag": tag, "source": source, "uri": ds["uri"], "mode": mode,
+               "declared_sha256": ds["sha256"]}
+    if mode == "corrupt":
+        bad = b"corrupted behind its name\n" + ds["sha256"].encode()
+        details["corrupt_sha256"] = _sha256(bad)
+        cp.put_object(ds["uri"], bad)
+    else:
+        delete = getattr(cp, "delete_object", None)
+        if delete is None:
+            raise ChaosError(f"platform {ctx.platform_name} cannot delete an object")
+        delete(ds["uri"])
+    begin(SOURCE_FAULT, ds["uri"], details)
+    return {"started_at": utcnow(), **details}
+
+
+def restore_data_source(tag: str, source: str, configuration: Configuration = None,
+                        secrets: Secrets = None) -> dict:
+    """Write the source's declared bytes back and end its fault (idempotent)."""
+    ctx = _ctx(configuration)
+    ds = _source(ctx, tag, source)
+    nonce = ctx.recall(f"{tag}:nonce")[0]
+    data = _source_bytes(nonce, tag, int(source[1:]))
+    if _sha256(data) != ds["sha256"]:
+        raise ChaosError(f"source {source} of {tag}: its declared bytes cannot be rebuilt")
+    _pipelines(ctx).put_object(ds["uri"], data)
+    end = getattr(ctx.driver, "end", None)
+    ended = end(SOURCE_FAULT, ds["uri"], {"tag": tag, "source": source}) if end else None
+    return {"tag": tag, "source": source, "restored": True, "fault_ended": ended is not None}
+
+
+def submit_source_pipeline(tag: str, policy: str, min_sources: int | None = None,
+                           wait_for: list[str] | str | None = None, timeout: float = 60.0,
+                           configuration: Configuration = None, secrets: Secrets = None) -> dict:
+    """Submit a pipeline whose prepare step reads the sources of ``tag`` under the declared
+    ``policy`` (fail, or degrade with ``min_sources``), then a train step on what it
+    prepared; optionally wait until it ends in one of ``wait_for``."""
+    ctx = _ctx(configuration)
+    cp = _pipelines(ctx)
+    datasets = ctx.recall(f"{tag}:sources")
+    rule: dict[str, Any] = {"policy": policy}
+    if min_sources is not None:
+        rule["min_sources"] = min_sources
+
+    def op(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"workload": {"kind": kind, "image": cp.pinned_image, "params": params},
+                "max_retries": 1}
+
+    body = {"name": f"{ctx.experiment}-{tag}", "max_parallel_steps": 2,
+            "labels": {"gameday": ctx.experiment},
+            "steps": [
+                {"name": "prepare", "phase": "prepare", "datasets": datasets,
+                 "on_source_unavailable": rule, "cache": False,
+                 "operation": op("prepare", {"seconds": 0.1})},
+                {"name": "train", "phase": "train", "needs": ["prepare"], "cache": False,
+                 "operation": op("train", {"steps": 10, "checkpoint_every": 5, "seed": 3})},
+            ]}
+    key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            p = cp.submit_pipeline(body, key)
+            break
+        except PlatformError as exc:
+            if time.monotonic() > deadline:
+                raise ChaosError(f"pipeline {tag}: not acknowledged: {exc}") from None
+            time.sleep(0.5)
+    ctx.remember(tag, [p["id"]])
+    out: dict[str, Any] = {"tag": tag, "pipeline_id": p["id"], "policy": rule}
+    if wait_for:
+        out["pipeline"] = _pipeline_summary(_wait_pipeline(ctx, p["id"], wait_for, timeout))
+    return out

@@ -25,6 +25,7 @@ __all__ = [
     "resumed_with_identical_weights",
     "retired_credentials_refused",
     "single_terminal_attempt",
+    "sources_as_declared",
     "stale_report_refused",
     "step_resumed_from_checkpoint",
     "store_and_artifacts_reconciled",
@@ -263,3 +264,33 @@ def step_resumed_from_checkpoint(tag: str, step: str, configuration: Configurati
              if e["kind"] == "resumed"]
     return {"resumed": bool(steps) and max(steps) > 0 and view.state == "succeeded",
             "from_steps": steps, "attempts": len(view.attempts), "state": view.state}
+
+
+def sources_as_declared(tag: str, source: str, expect: str, configuration: Configuration = None,
+                        secrets: Secrets = None) -> dict:
+    """The pipeline of ``tag`` did with its broken ``source`` what its policy declares:
+    ``expect: degraded``: it succeeded and its report names the source as left out (its
+    prepare step's manifest too); ``expect: failed``: it failed and its prepare step's reason
+    names the source. ``as_declared`` is True before the method submitted it."""
+    ctx = _ctx(configuration)
+    try:
+        pid = ctx.recall(tag)[0]
+    except ChaosError:
+        return {"as_declared": True, "before_method": True}
+    try:
+        p = ctx.platform.pipeline(pid)  # type: ignore[attr-defined]
+    except PlatformError as exc:
+        return {"as_declared": False, "error": str(exc)[:300]}
+    prep = next((st for st in p["steps"] if st["name"] == "prepare"), {})
+    named = ((p.get("report") or {}).get("excluded_sources") or {}).get("prepare") or {}
+    in_manifest = (((prep.get("manifest") or {}).get("sources") or {}).get("excluded") or {})
+    reason = prep.get("state_reason") or ""
+    if expect == "degraded":
+        ok = p["state"] == "succeeded" and source in named and source in in_manifest
+    elif expect == "failed":
+        ok = p["state"] == "failed" and prep.get("state") == "failed" and source in reason
+    else:
+        raise ChaosError(f"expect {expect!r}: degraded or failed")
+    return {"as_declared": ok, "state": p["state"], "state_reason": p.get("state_reason"),
+            "excluded_sources": named, "prepare": {"state": prep.get("state"),
+                                                    "state_reason": reason[:400]}}

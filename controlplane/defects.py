@@ -70,6 +70,11 @@ KNOWN: dict[str, str] = {
                          "few seconds: a revoked token stays accepted",
     "agent-revocation-ignored": "the token store ignores the revocation of agent tokens: a "
                                 "retired agent token is accepted after it was revoked",
+    "source-digest-unchecked": "the workload reads its datasets at start without comparing "
+                               "their sha256 with the declared one: it runs on corrupt bytes",
+    "excluded-source-unnamed": "a degraded step result is accepted with the names of the "
+                               "sources it left out dropped: the pipeline reads as complete "
+                               "on fewer sources",
 }
 
 
@@ -108,6 +113,8 @@ WHERE: dict[str, frozenset[str]] = {
     "liveness-ignored": frozenset({"reconciler"}),  # store/scheduling.py destinations
     "revocation-cached": frozenset({"api"}),  # api/deps.py TokenCache
     "agent-revocation-ignored": frozenset({"api"}),  # store/auth.py lookup
+    "source-digest-unchecked": frozenset({"agent"}),  # the workload inherits its agent's env
+    "excluded-source-unnamed": frozenset({"reconciler"}),  # store/pipelines.py acceptance
 }
 
 

@@ -115,6 +115,14 @@ MATRIX += (
     Case("pipeline-recovery", "release-after-failed-check", "pipeline-recovery",
          "pipeline-recovery.invariant.release-after-checks"),
 )
+# data at start: the same promise broken in the workload (the digest never compared) and in
+# the control plane (the names of the sources left out dropped on acceptance)
+MATRIX += (
+    Case("data-source-unavailable", "source-digest-unchecked", "data-source-unavailable",
+         "data-source-unavailable.invariant.sources-accounted"),
+    Case("data-source-unavailable", "excluded-source-unnamed", "data-source-unavailable",
+         "data-source-unavailable.invariant.sources-accounted"),
+)
 
 
 @dataclass

@@ -36,7 +36,8 @@ SUITES: dict[str, tuple[str, ...]] = {
 # overload-metastability drives the API near its capacity (most of a small machine's CPU) and
 # leaves thousands of blocked operations behind: after every class whose load it would disturb.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
-                  "zone-outage", "telemetry-loss", "pipeline-recovery", "network-gray",
+                  "zone-outage", "telemetry-loss", "pipeline-recovery", "data-source-unavailable",
+                  "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
                   "overload-metastability", "checkpoint-power-loss", "upgrade")
 

@@ -223,6 +223,10 @@ class ControlPlaneAdapter:
         s3_client(self.s3_endpoint, self.bucket, self.region).put_object(
             Bucket=self.bucket, Key=key, Body=data)
 
+    def delete_object(self, key: str) -> None:
+        s3_client(self.s3_endpoint, self.bucket, self.region).delete_object(
+            Bucket=self.bucket, Key=key)
+
     def healthy(self) -> tuple[bool, str]:
         try:
             r = self.http.get("/readyz", timeout=2.0)

@@ -373,12 +373,14 @@ def _pipeline_judge(name: str) -> Judge:
             return pl.side_effect_once(ev.side_effects, lo, hi)
         if name == "partial-failure-visibility":
             return pl.partial_failure_visibility(ev.pipelines, ev.pipeline_steps, lo, hi)
+        if name == "sources-accounted":
+            return pl.sources_accounted(ev.pipelines, ev.pipeline_steps, ev.faults, lo, hi)
         return pl.release_after_checks(ev.pipelines, ev.pipeline_steps, lo, hi)
     return judge
 
 
 for _name in ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",
-              "partial-failure-visibility", "release-after-checks"):
+              "partial-failure-visibility", "release-after-checks", "sources-accounted"):
     INVARIANTS[_name] = _pipeline_judge(_name)
 
 

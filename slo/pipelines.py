@@ -12,7 +12,12 @@ missing, or an experiment that never exercised the promise, is ``no_data``, neve
   kind, however many retries (a retry after a lost response gets the first receipt);
 * ``partial-failure-visibility``: every candidate an aggregation step did not get is named in
   its report with a reason, and listed among the candidates;
-* ``release-after-checks``: a release step never runs when an upstream check failed.
+* ``release-after-checks``: a release step never runs when an upstream check failed;
+* ``sources-accounted`` (data at start): a step that declared a source policy never completes
+  on fewer sources, or other bytes, than it declared unless it names each source it left out
+  with a reason, which only policy ``degrade`` allows; a source the experiment made
+  unavailable or corrupt is named (as excluded, or in the failed step's reason), and a
+  pipeline that succeeded degraded says so in its report.
 
 :func:`usable_result_seconds` reports the time to a usable result per phase (no objective).
 """
@@ -22,12 +27,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from slo.evidence import PipelineRecord, PipelineStepRecord, SideEffectRecord
+from slo.evidence import FaultRecord, PipelineRecord, PipelineStepRecord, SideEffectRecord
 from slo.invariant_result import InvariantResult
 from slo.sli import ts
 
 PIPELINE_INVARIANTS = ("stale-cache-reuse", "cache-hit-when-unchanged", "side-effect-once",
-                       "partial-failure-visibility", "release-after-checks")
+                       "partial-failure-visibility", "release-after-checks",
+                       "sources-accounted")
+# the fault chaos/actions.py break_data_source records: details.source, uri, mode
+SOURCE_FAULT = "data_source_unavailable"
 OK_STEP = frozenset({"succeeded", "reused"})
 RAN = frozenset({"running", "succeeded", "failed"})
 MISSING = "snapshot/{} is missing from the evidence (not collected for this platform)"
@@ -220,6 +228,115 @@ def release_after_checks(pipelines: Sequence[PipelineRecord] | None,
     if not judged:
         return InvariantResult(name, 0, no_data="no release step in the window faced a failed "
                                "check (the refusal was not exercised)")
+    return InvariantResult(name, judged, tuple(violations))
+
+
+def _source_faults(faults: Sequence[FaultRecord], start: float, end: float,
+                   ) -> list[tuple[float, float, dict[str, Any]]]:
+    """(start, end, details) of each data-source fault that began in [start, end]; a fault never
+    ended lasts to ``end``."""
+    spans = []
+    for f in faults:
+        if f.event != "fault_start" or f.fault != SOURCE_FAULT or not _in(f.time, start, end):
+            continue
+        t0 = ts(f.time)
+        ends = [ts(g.time) for g in faults if g.event == "fault_end" and g.fault == f.fault
+                and g.target == f.target and ts(g.time) >= t0]
+        spans.append((t0, min(ends) if ends else end, f.details))
+    return spans
+
+
+def _judge_sources(p: PipelineRecord, s: PipelineStepRecord, policy: dict[str, Any],
+                   faulted: dict[str, str]) -> list[str]:
+    """The violations of one step that declared a source policy (``faulted``: its sources
+    broken while it started -> how)."""
+    where = f"pipeline {p.id} step {s.name}"
+    declared = {d["name"]: d["sha256"] for d in (s.inputs or {}).get("datasets") or []
+                if isinstance(d, dict) and d.get("uri")}
+    pol = policy.get("policy")
+    if s.state == "failed":
+        reason = s.state_reason or ""
+        out = [f"{where}: failed without naming the source {n} ({how})"
+               for n, how in sorted(faulted.items()) if n not in reason]
+        floor = policy.get("min_sources") or len(declared)
+        if pol == "degrade" and faulted and len(declared) - len(faulted) >= floor:
+            out.append(f"{where}: failed although its policy degrade allows running on "
+                       f"{len(declared) - len(faulted)} of {len(declared)} sources "
+                       f"(min_sources {floor}): {reason[:160]}")
+        return out
+    m = s.manifest or {}
+    acc = m.get("sources")
+    if not isinstance(acc, dict):
+        return [f"{where}: succeeded with no account of its {len(declared)} sources"]
+    read, excluded = acc.get("read") or {}, acc.get("excluded") or {}
+    out = []
+    for name, digest in sorted(declared.items()):
+        if name in excluded:
+            why = excluded[name]
+            if not (isinstance(why, str) and why.strip()):
+                out.append(f"{where}: left out source {name} without a reason")
+            elif pol != "degrade":
+                out.append(f"{where}: left out source {name} under policy {pol}")
+        elif name not in read:
+            out.append(f"{where}: completed without source {name} and without naming it as "
+                       "excluded (silently on fewer sources)")
+        elif read[name] != digest:
+            out.append(f"{where}: ran on source {name} with other bytes than declared (read "
+                       f"{str(read[name])[:12]}, declared {digest[:12]})")
+        if name in faulted and name not in excluded:
+            out.append(f"{where}: completed while source {name} was {faulted[name]} without "
+                       "naming it as excluded")
+    consumed = set(m.get("inputs") or [])
+    used = [n for n, d in declared.items() if d in consumed]
+    if len(used) < len(declared) - len(excluded):
+        out.append(f"{where}: consumed {len(used)} of {len(declared)} declared sources, "
+                   f"naming {len(excluded)} excluded")
+    named = ((p.report or {}).get("excluded_sources") or {}).get(s.name) or {}
+    if p.state == "succeeded" and set(excluded) - set(named):
+        out.append(f"{where}: the pipeline succeeded without naming the sources left out "
+                   f"({', '.join(sorted(set(excluded) - set(named)))}) in its report")
+    return out
+
+
+def sources_accounted(pipelines: Sequence[PipelineRecord] | None,
+                      steps: Sequence[PipelineStepRecord] | None,
+                      faults: Sequence[FaultRecord], start: float, end: float,
+                      ) -> InvariantResult:
+    """Every step that declared a source policy (``on_source_unavailable``), of a pipeline that
+    lived in [start, end], and ended: when it succeeded, each declared source was read with
+    its declared sha256 or is named as excluded with a reason (policy degrade only), it
+    consumed no fewer sources than that, every source broken (``data_source_unavailable``
+    fault) while it started is named as excluded, and a succeeded pipeline's report names the
+    sources left out; when it failed, its reason names each broken source, and policy degrade
+    did not fail a step it allowed to run. Judged: those steps; none, or no source fault in
+    the window, is no data (the promise was not exercised)."""
+    name = "sources-accounted"
+    if pipelines is None or steps is None:
+        return InvariantResult(name, 0, no_data=MISSING.format(
+            "pipelines.jsonl" if pipelines is None else "pipeline_steps.jsonl"))
+    spans = _source_faults(faults, start, end)
+    if not spans:
+        return InvariantResult(name, 0, no_data="no data source was made unavailable or "
+                               f"corrupt in the window (no {SOURCE_FAULT} fault)")
+    rows = {(s.pipeline_id, s.name): s for s in steps}
+    judged, violations = 0, []
+    for p in _pipelines_in(pipelines, start, end):
+        for sname, spec in _spec_steps(p).items():
+            policy = spec.get("on_source_unavailable")
+            me = rows.get((p.id, sname))
+            if not isinstance(policy, dict) or me is None or me.state not in (
+                    "succeeded", "failed") or me.started_at is None:
+                continue
+            judged += 1
+            t = ts(me.started_at)
+            uris = {d.get("uri"): d.get("name") for d in (me.inputs or {}).get("datasets") or []
+                    if isinstance(d, dict)}
+            faulted = {str(uris[d.get("uri")]): str(d.get("mode", "unavailable"))
+                       for t0, t1, d in spans if t0 <= t <= t1 and d.get("uri") in uris}
+            violations += _judge_sources(p, me, policy, faulted)
+    if not judged:
+        return InvariantResult(name, 0, no_data="no step with a declared source policy ended "
+                               "in the window")
     return InvariantResult(name, judged, tuple(violations))
 
 

@@ -35,6 +35,7 @@ from controlplane.agent.capacity import Capacity, Demand
 from controlplane.agent.delivery import EVENTS_PER_REQUEST, Courier, Delivery, coalesce_progress
 from controlplane.agent.metrics import AgentMetrics
 from controlplane.agent.spool import ClaimKey
+from controlplane.pipelines import manifest as pipeline_manifest
 from controlplane.runtimes.base import (
     InvalidWorkload,
     LaunchSpec,
@@ -114,6 +115,7 @@ class _Observed:
     resumed_from_step: int | None = None
     torn_skipped: list[str] = field(default_factory=list)
     weights_sha256: str | None = None
+    start_failed: str | None = None  # the workload's own reason it could not start
 
 
 class AttemptRunner(threading.Thread):
@@ -206,7 +208,10 @@ class AttemptRunner(threading.Thread):
         self._observe(self.handle.drain_events())
         if result.outcome is Outcome.SUCCEEDED:
             return self._report_success(pinned)
-        self._final_report("failed", result.reason, transient=result.transient)
+        reason = result.reason
+        if self.observed.start_failed:  # e.g. which dataset was missing or not as declared
+            reason = f"{reason.rstrip(': ')}: {self.observed.start_failed}"
+        self._final_report("failed", reason, transient=result.transient)
         return Ending.FAILED
 
     # --- start --------------------------------------------------------------------------------
@@ -402,6 +407,8 @@ class AttemptRunner(threading.Thread):
                 self.observed.torn_skipped.append(str(data.get("prefix")))
             elif event.kind == "artifact_written":
                 self.observed.weights_sha256 = data.get("weights_sha256")
+            elif event.kind == "start_failed":
+                self.observed.start_failed = event.message[:500]
             self._outbox.append(event.to_json())
 
     # --- finish -------------------------------------------------------------------------------
@@ -418,12 +425,12 @@ class AttemptRunner(threading.Thread):
                                transient=True)
             return Ending.FAILED
         pipeline = self.claim.spec.get("pipeline")
-        if pipeline is not None:  # a pipeline step must have consumed exactly what it was given
-            given = sorted(pipeline["inputs"]["digests"])
-            if sorted(manifest.get("inputs") or []) != given:
-                self._final_report("failed", "completion manifest lists inputs "
-                                   f"{manifest.get('inputs')!r}, the step was given {given!r}",
-                                   transient=False)
+        if pipeline is not None:  # a pipeline step must have consumed exactly what it was
+            # given, less the sources it names as left out under its declared degrade policy
+            why = pipeline_manifest.inputs_mismatch(pipeline["inputs"], manifest.get("inputs"),
+                                                    manifest.get("sources"))
+            if why is not None:
+                self._final_report("failed", f"completion manifest: {why}", transient=False)
                 return Ending.FAILED
         prefix = storage.artifact_prefix(self.claim.operation_id, self.claim.number)
         result = {
@@ -440,6 +447,8 @@ class AttemptRunner(threading.Thread):
         if pipeline is not None:  # what the control plane checks before downstream starts
             result["inputs"] = sorted(manifest.get("inputs") or [])
             result["checks"] = manifest.get("checks") or {}
+            if manifest.get("sources"):  # the datasets read at start, and any left out
+                result["sources"] = manifest["sources"]
             if pipeline.get("side_effect"):
                 result["side_effect"] = self._side_effect_once(pipeline["side_effect"],
                                                                result["inputs"])

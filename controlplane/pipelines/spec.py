@@ -22,6 +22,25 @@ class Dataset(Strict):
     uri: str | None = Field(default=None, max_length=1024)
 
 
+class SourcePolicy(Strict):
+    """What a step does when one of its datasets (its sources) cannot be read at start, or its
+    bytes are not the declared ones (controlplane/workload/data.py). ``fail``: the step fails
+    at start, naming the source. ``degrade``: it runs without the bad sources, as long as at
+    least ``min_sources`` were read as declared, and its result names each one it left out
+    with why (never a silent shrink)."""
+
+    policy: Literal["fail", "degrade"]
+    min_sources: Int | None = Field(default=None, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _minimum(self) -> SourcePolicy:
+        if self.policy == "degrade" and self.min_sources is None:
+            raise ValueError("policy degrade needs min_sources (the fewest sources it may run on)")
+        if self.policy == "fail" and self.min_sources is not None:
+            raise ValueError("min_sources applies to policy degrade only, not fail")
+        return self
+
+
 class FailurePolicy(Strict):
     policy: Literal["fail", "continue-incomplete", "accept-subset"]
     min_successful: Int | None = Field(default=None, ge=1, le=MAX_STEPS)
@@ -58,6 +77,8 @@ class Step(Strict):
     environment: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
     cache: Bool | None = None  # None: on, except release steps (external state)
     on_upstream_failure: FailurePolicy | None = None
+    # the datasets read at start: what happens when one is unavailable or corrupt
+    on_source_unavailable: SourcePolicy | None = None
     side_effect: SideEffect | None = None
 
     @property
@@ -97,6 +118,7 @@ class PipelineSpec(Strict):
                                  f"{step.role} step")
             if step.role in ("aggregate", "release") and not step.needs:
                 raise ValueError(f"steps[{i}].needs: a {step.role} step needs upstream steps")
+            _check_sources(i, step)
             pol = step.on_upstream_failure
             if pol and pol.min_successful and pol.min_successful > len(step.needs):
                 raise ValueError(f"steps[{i}].on_upstream_failure.min_successful: "
@@ -114,6 +136,31 @@ class PipelineSpec(Strict):
         doc = step.operation.document()  # validated once, class defaults applied
         doc["name"] = f"{self.name}.{step.name}"
         return doc
+
+
+def _check_sources(i: int, step: Step) -> None:
+    """Dataset names are unique within a step (a source is named in results by its name); a
+    source policy needs sources that are read (each dataset with a uri), at most as many as
+    its minimum."""
+    seen: dict[str, int] = {}
+    for j, ds in enumerate(step.datasets):
+        if ds.name in seen:
+            raise ValueError(f"steps[{i}].datasets[{j}].name: duplicate dataset name "
+                             f"{ds.name!r} (also datasets[{seen[ds.name]}])")
+        seen[ds.name] = j
+    pol = step.on_source_unavailable
+    if pol is None:
+        return
+    if not step.datasets:
+        raise ValueError(f"steps[{i}].on_source_unavailable: step {step.name!r} declares no "
+                         "datasets to read")
+    for j, ds in enumerate(step.datasets):
+        if not ds.uri:
+            raise ValueError(f"steps[{i}].datasets[{j}].uri: a step with on_source_unavailable "
+                             f"reads every dataset at start; {ds.name!r} has no uri")
+    if pol.min_sources is not None and pol.min_sources > len(step.datasets):
+        raise ValueError(f"steps[{i}].on_source_unavailable.min_sources: {pol.min_sources} > "
+                         f"{len(step.datasets)} datasets")
 
 
 def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:

@@ -122,14 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         from controlplane.workload import steps
+        from controlplane.workload.data import DataUnavailable
         try:
             inputs = steps.read_inputs(store, json.loads(args.pipeline_inputs or "null"))
+        except DataUnavailable as exc:  # data at start: a source missing or not as declared
+            emit("start_failed", f"data unavailable at start: {exc}",
+                 error_kind="deterministic", reason="data_unavailable")
+            return EXIT_INVALID
         except ValueError as exc:  # the bytes behind an input are not the ones it was given
             emit("start_failed", str(exc), error_kind="deterministic")
             return EXIT_INVALID
     ctx = RunContext(args.operation_id, args.attempt, store, step_delay=args.step_delay,
                      checkpoint_commit_delay=args.checkpoint_commit_delay,
-                     inputs=inputs.digests if inputs is not None else None)
+                     inputs=inputs.digests if inputs is not None else None,
+                     inputs_sha256=inputs.content_sha256() if inputs is not None else None)
     if args.local_checkpoint_dir is not None:
         from pathlib import Path
 

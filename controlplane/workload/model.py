@@ -63,9 +63,12 @@ def _unpack(theta: np.ndarray) -> list[np.ndarray]:
     return parts
 
 
-def make_dataset(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Synthetic regression data, a pure function of the seed (no downloads)."""
-    rng = np.random.default_rng([seed, 0xDA7A])
+def make_dataset(seed: int, inputs_sha256: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic regression data, a pure function of the seed (no downloads) and, for a
+    pipeline step, of the sha256 of the input bytes it verified (other bytes, other data)."""
+    words = ([int(inputs_sha256[i:i + 8], 16) for i in range(0, 64, 8)]
+             if inputs_sha256 else [])
+    rng = np.random.default_rng([seed, 0xDA7A, *words])
     x = rng.normal(size=(N_SAMPLES, N_FEATURES))
     w = rng.normal(size=(N_FEATURES,))
     y = np.tanh(x @ w / 4.0) + 0.1 * np.sin(x[:, 0] * 3.0)

@@ -29,6 +29,8 @@ class RunContext:
     # a pipeline step: the input digests it consumed (verified by workload/steps.py), recorded
     # in COMPLETE.json; None outside pipelines
     inputs: list[str] | None = None
+    # the sha256 over the verified input bytes (a pipeline step): the training data follows it
+    inputs_sha256: str | None = None
     # the node's own checkpoint directory (None: checkpoints go to the object store only)
     local: LocalCheckpoints | None = None
     upload_every: int = 1  # with a local directory: every n-th checkpoint also to the store
@@ -207,7 +209,7 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
         raise ValueError(f"checkpoint upload every {ctx.upload_every}: expected 1 or more")
     state = resume_state(ctx, config)
     resumed_from = state.step
-    data = model.make_dataset(config.seed)
+    data = model.make_dataset(config.seed, ctx.inputs_sha256)
     while state.step < config.steps:
         model.train_step(state, data, config)
         emit("progress", "", step=state.step, total=config.steps, loss=state.last_loss)

@@ -11,6 +11,7 @@ plane accepts before any downstream step starts (controlplane/pipelines/manifest
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from controlplane import storage
+from controlplane.workload import data as sources_io
 from controlplane.workload import model
 from controlplane.workload.events import emit
 
@@ -28,6 +30,18 @@ from controlplane.workload.events import emit
 class Inputs:
     files: dict[str, bytes] = field(default_factory=dict)  # "<step>/<file>" or "dataset:<name>"
     digests: list[str] = field(default_factory=list)
+    # the datasets read at start (controlplane/workload/data.py accounting); {} without any
+    sources: dict[str, Any] = field(default_factory=dict)
+
+    def content_sha256(self) -> str | None:
+        """One sha256 over the verified input files (name and bytes, in name order); None
+        without any: what a training step's data is drawn from (model.make_dataset)."""
+        if not self.files:
+            return None
+        h = hashlib.sha256()
+        for name, blob in sorted(self.files.items()):
+            h.update(name.encode() + b"\0" + hashlib.sha256(blob).digest())
+        return h.hexdigest()
 
 
 def read_inputs(store: storage.ObjectStore, doc: dict[str, Any] | None) -> Inputs:
@@ -38,21 +52,26 @@ def read_inputs(store: storage.ObjectStore, doc: dict[str, Any] | None) -> Input
         return out
     for up in doc.get("steps", []):
         for name, meta in sorted(up["files"].items()):
-            data = store.get(up["artifacts_prefix"] + name)
-            if storage.sha256_hex(data) != meta["sha256"]:
+            blob = store.get(up["artifacts_prefix"] + name)
+            if storage.sha256_hex(blob) != meta["sha256"]:
                 raise ValueError(f"input {up['step']}/{name} at {up['artifacts_prefix']}: "
                                  "sha256 differs from its completion manifest")
-            out.files[f"{up['step']}/{name}"] = data
-    for ds in doc.get("datasets", []):
-        if ds.get("uri"):
-            data = store.get(ds["uri"])
-            if storage.sha256_hex(data) != ds["sha256"]:
-                raise ValueError(f"dataset {ds['name']} ({ds['uri']}): its bytes changed "
-                                 f"behind the name (declared sha256 {ds['sha256'][:12]}...)")
-            out.files[f"dataset:{ds['name']}"] = data
-    out.digests = sorted(doc.get("digests", []))
+            out.files[f"{up['step']}/{name}"] = blob
+    datasets = doc.get("datasets", [])
+    if any(ds.get("uri") for ds in datasets):
+        outcome, blobs = sources_io.fetch(store.get, datasets, doc.get("sources"))
+        out.files.update({f"dataset:{n}": b for n, b in blobs.items()})
+        out.sources = sources_io.accounting(outcome)
+        for name, why in sorted(outcome.excluded.items()):
+            emit("log", f"dataset {name} left out under policy {outcome.policy}: {why}",
+                 source_excluded=name, reason=why, policy=outcome.policy)
+    # a source left out under a degrade policy is not consumed: its digest is not an input
+    excluded = out.sources.get("excluded", {})
+    left_out = ({d["sha256"] for d in datasets if d["name"] in excluded}
+                - {d["sha256"] for d in datasets if d["name"] not in excluded})
+    out.digests = sorted(set(doc.get("digests", [])) - left_out)
     consumed = {storage.sha256_hex(b) for b in out.files.values()}
-    missing = set(out.digests) - consumed - {d["sha256"] for d in doc.get("datasets", [])}
+    missing = set(out.digests) - consumed - {d["sha256"] for d in datasets}
     if missing:
         raise ValueError(f"inputs {sorted(missing)} were given but could not be read")
     emit("log", f"{len(out.files)} input files verified by sha256", inputs=out.digests)
@@ -70,6 +89,8 @@ def finish(store: storage.ObjectStore, operation_id: str, attempt: int,
                              "steps": metrics.get("steps", 0), "inputs": inputs.digests}
     if checks is not None:
         extra["checks"] = checks
+    if inputs.sources:
+        extra["sources"] = inputs.sources
     manifest = storage.write_artifacts(store, operation_id, attempt, all_files, extra=extra)
     prefix = storage.artifact_prefix(operation_id, attempt)
     emit("artifact_written", f"artifacts at {prefix}", prefix=prefix,

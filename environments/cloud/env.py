@@ -94,6 +94,9 @@ NOT_APPLICABLE = {
                          "it; a stack's target does not record one yet, so no step would be "
                          "cacheable) and writes its dataset to the artifact bucket: run and "
                          "tested on the local environment only",
+    "data-source-unavailable": "corrupts and deletes a source object through the local "
+                               "fault driver's timeline (the cloud drivers record no such "
+                               "fault yet) and needs the image pinned by digest: local only",
     "network-gray": "adds toxics (latency, resets, silent connections) to the local fault "
                     "proxy's agent routes. The cloud driver maps toxics to Chaos Mesh "
                     "NetworkChaos (latency as delay, full silence as 100 % loss; tested offline "

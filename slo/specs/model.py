@@ -33,6 +33,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "db-disk-full",
     "overload-metastability",
     "checkpoint-power-loss",
+    "data-source-unavailable",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -195,3 +195,90 @@ def test_release_step_registers_once_when_the_first_answer_is_lost(
     effect = api.results[-1]["side_effect"]
     assert effect["action_id"] == action and effect["created"] is False
     assert effect["receipt"]["payload"] == {"inputs": [digest]}
+
+
+def _ten_sources(store: Any) -> list[dict[str, Any]]:
+    base = f"datasets/{uuid.uuid4()}"
+    out = []
+    for i in range(10):
+        rows = f"source-{i},{i}\n".encode()
+        store.put(f"{base}/s{i:02d}.csv", rows)
+        out.append({"name": f"s{i:02d}", "sha256": storage.sha256_hex(rows),
+                    "uri": f"{base}/s{i:02d}.csv"})
+    return out
+
+
+def test_ten_sources_one_corrupt_degrade_names_it_and_fail_stops_at_start(
+        moto: S3Server) -> None:
+    """Data at start on the real S3 server: under ``degrade`` the step runs on the nine good
+    sources and COMPLETE.json names the corrupt one (its bytes are never used); under ``fail``
+    a missing object is an explicit start failure naming it (exit 2), and nothing is written."""
+    store = moto.store()
+    ds = _ten_sources(store)
+    store.put(ds[3]["uri"], b"corrupt bytes\n")
+    digests = sorted(d["sha256"] for d in ds)
+    op = f"prep-{uuid.uuid4()}"
+    done = run("prepare", op, moto, {"steps": [], "datasets": ds, "digests": digests,
+                                     "sources": {"policy": "degrade", "min_sources": 9}})
+    assert done.returncode == 0, done.stdout + done.stderr
+    m, reason = storage.verify_artifacts(store, op, 1)
+    assert reason is None and m is not None
+    assert list(m["sources"]["excluded"]) == ["s03"]
+    assert "sha256 mismatch" in m["sources"]["excluded"]["s03"]
+    assert sorted(m["sources"]["read"]) == [d["name"] for d in ds if d["name"] != "s03"]
+    assert m["inputs"] == sorted(d["sha256"] for d in ds if d["name"] != "s03")
+    prepared = store.get(storage.artifact_prefix(op, 1) + "prepared.txt")
+    assert b"corrupt" not in prepared and prepared.count(b"\n") == 9
+    assert '"source_excluded": "s03"' in done.stdout
+    # policy fail: a missing object stops the step at start, with its reason
+    store.put(ds[3]["uri"], b"source-3,3\n")
+    store.client.delete_object(Bucket=moto.bucket, Key=ds[7]["uri"])
+    op2 = f"prep-{uuid.uuid4()}"
+    failed = run("prepare", op2, moto, {"steps": [], "datasets": ds, "digests": digests,
+                                        "sources": {"policy": "fail", "min_sources": None}})
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert '"reason": "data_unavailable"' in failed.stdout
+    assert "s07 (object missing" in failed.stdout
+    assert storage.verify_artifacts(store, op2, 1)[0] is None
+
+
+def test_seeded_defect_source_digest_unchecked_runs_on_corrupt_bytes(moto: S3Server) -> None:
+    """The seeded defect source-digest-unchecked (what data-source-unavailable must catch):
+    the corrupt bytes are used, and COMPLETE.json records the digest actually read."""
+    import os
+
+    store = moto.store()
+    ds = _ten_sources(store)
+    store.put(ds[3]["uri"], b"corrupt bytes\n")
+    op = f"prep-{uuid.uuid4()}"
+    argv = [sys.executable, "-u", "-m", "controlplane.workload", "--kind", "prepare",
+            "--operation-id", op, "--attempt", "1", "--seconds", "0", "--s3-endpoint",
+            moto.endpoint, "--bucket", moto.bucket, "--pipeline-inputs", json.dumps(
+                {"steps": [], "datasets": ds, "digests": sorted(d["sha256"] for d in ds),
+                 "sources": {"policy": "degrade", "min_sources": 9}})]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "CONTROLPLANE_DEFECTS": "source-digest-unchecked"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    m, _ = storage.verify_artifacts(store, op, 1)
+    assert m is not None and m["sources"]["excluded"] == {}
+    assert m["sources"]["read"]["s03"] == storage.sha256_hex(b"corrupt bytes\n")
+    assert m["sources"]["read"]["s03"] != ds[3]["sha256"]
+
+
+def test_a_training_step_draws_its_data_from_the_bytes_it_verified(moto: S3Server) -> None:
+    """Data at start is real input: the same candidate on other prepared bytes trains another
+    model; on the same bytes, the same model."""
+    store = moto.store()
+    weights = []
+    for rows in (b"a,1\n", b"a,1\n", b"b,2\n"):
+        uri = f"datasets/{uuid.uuid4()}/rows.csv"
+        store.put(uri, rows)
+        ds = {"name": "rows", "sha256": storage.sha256_hex(rows), "uri": uri}
+        op = f"train-{uuid.uuid4()}"
+        done = run("train", op, moto, {"steps": [], "datasets": [ds], "digests": [ds["sha256"]]},
+                   "--steps", "4", "--checkpoint-every", "2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        m, _ = storage.verify_artifacts(store, op, 1)
+        assert m is not None
+        weights.append(m["files"]["model.npy"]["sha256"])
+    assert weights[0] == weights[1] != weights[2]

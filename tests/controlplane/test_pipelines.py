@@ -433,3 +433,50 @@ def test_a_step_with_a_workload_class_is_submitted_with_the_class_defaults(pg_ds
     assert stored["workload_class"] == "batch-preprocessing"
     assert {k: stored[k] for k in expected if k != "labels"} == {
         k: v for k, v in expected.items() if k != "labels"}
+
+
+# -- data at start: a step's source policy -----------------------------------------------------
+
+
+def test_source_policy_degrade_names_the_source_left_out_and_fail_is_422_checked(
+        user: Pipes, agent: Pipes, cp_stack: ControlPlane) -> None:
+    """A step reading ten sources under ``degrade``: its result leaving one out is accepted
+    only when it names it; the step says so, the pipeline succeeds degraded naming it, and the
+    degraded result is never cached. Policies are validated at the edge, naming the field."""
+    ds = [{"name": f"s{i:02d}", "sha256": hashlib.sha256(f"r{i}".encode()).hexdigest(),
+           "uri": f"datasets/t/s{i:02d}.csv"} for i in range(10)]
+    body = {"name": "sources", "steps": [step(
+        "prepare", phase="prepare", datasets=ds,
+        on_source_unavailable={"policy": "degrade", "min_sources": 9})]}
+    bad = {**body, "steps": [{**body["steps"][0],
+                              "on_source_unavailable": {"policy": "degrade"}}]}
+    r = user.submit_pipeline(bad)
+    assert r.status_code == 422 and "needs min_sources" in r.text
+    r = user.submit_pipeline({**body, "steps": [{**body["steps"][0], "on_source_unavailable": {
+        "policy": "degrade", "min_sources": 11}}]})
+    assert r.status_code == 422 and "on_source_unavailable.min_sources: 11 > 10" in r.text
+    agent_id = agent.register("cpu-sources")
+    pid = user.submit_pipeline(body).json()["id"]
+    claim = claim_one(agent, agent_id)
+    inputs = claim["spec"]["pipeline"]["inputs"]
+    assert inputs["sources"] == {"policy": "degrade", "min_sources": 9}
+    out = output_for(claim, b"prepared")
+    out["inputs"] = sorted(d["sha256"] for d in ds if d["name"] != "s03")
+    agent.report(claim, "succeeded", result={
+        **out, "sources": {"excluded": {"s03": "sha256 mismatch"}}}).raise_for_status()
+    p = wait_pipeline(user, pid, "succeeded", "failed")
+    assert p["state"] == "succeeded", p
+    assert p["report"]["excluded_sources"] == {"prepare": {"s03": "sha256 mismatch"}}
+    assert p["report"]["degraded"] is True and "left out 1 source(s) (s03)" in p["state_reason"]
+    [s] = p["steps"]
+    assert "degraded: 1 source(s) left out (s03: sha256 mismatch)" in s["state_reason"]
+    # the same pipeline again runs (no reuse of a degraded result); leaving out without
+    # naming it is a rejected manifest
+    pid2 = user.submit_pipeline(body).json()["id"]
+    claim = claim_one(agent, agent_id)
+    out = output_for(claim, b"prepared")
+    out["inputs"] = sorted(d["sha256"] for d in ds if d["name"] != "s03")
+    agent.report(claim, "succeeded", result=out).raise_for_status()
+    p2 = wait_pipeline(user, pid2, "succeeded", "failed")
+    assert p2["state"] == "failed" and "completion manifest rejected: inputs:" in (
+        p2["steps"][0]["state_reason"])
