@@ -289,10 +289,12 @@ def measure_round(side: Side, *, seconds: float, connections: int, threads: int,
 
 
 def warm_up(side: Side, *, connections: int, threads: int, workdir: Path, hz: int,
-            say: Callable[[str], None], seconds: float = 3.0, limit: int = 20) -> None:
-    """3 s rounds until the rate stops rising (MLflow's workers take a dozen seconds of load
-    before they answer at their pace: lazy imports and caches), at most ``limit`` rounds."""
-    last = 0.0
+            say: Callable[[str], None], seconds: float = 3.0, limit: int = 30) -> None:
+    """3 s rounds until the rate stops rising: two rounds in a row below 1.1 times the best
+    so far (MLflow's workers take many seconds of load before they answer at their pace: lazy
+    imports and caches), at least 4 rounds, at most ``limit``."""
+    best = 0.0
+    flat = 0
     for n in range(1, limit + 1):
         r = measure_round(side, seconds=seconds, connections=connections, threads=threads,
                           workdir=workdir, round_no=-n, hz=hz)
@@ -300,9 +302,11 @@ def warm_up(side: Side, *, connections: int, threads: int, workdir: Path, hz: in
         if not r["ack"].ok:
             raise RuntimeError(f"{side.name}: acknowledged work is missing or duplicated in "
                                f"the warm-up: {r['ack'].text()}")
-        if n >= 2 and r["rate"] < last * 1.1:
+        flat = flat + 1 if r["rate"] < best * 1.1 else 0
+        best = max(best, r["rate"])
+        if n >= 4 and flat >= 2:
             return
-        last = max(last, r["rate"])
+    say(f"warm-up {side.name}: still rising after {limit} rounds; measuring anyway")
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
