@@ -466,9 +466,13 @@ def _start_mlflow(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
             "--default-artifact-root", art.as_uri(), "--host", "127.0.0.1", "--port",
             str(port), "--workers", str(workers)]
     say(f"{exe.parent.parent.name}: mlflow server with {workers} workers on the same "
-        "PostgreSQL (its own database)")
+        "PostgreSQL (its own database), job execution off")
+    # MLflow 3's job runner (background GenAI jobs: a supervisor and seven huey consumers
+    # polling) is no part of runs/create; on, its polling cost more CPU than a round's
+    # requests at a few dozen per second, and shared the cores with the workers
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with open(work / "mlflow.log", "wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
