@@ -86,13 +86,13 @@ class FastSubmit:
 
     async def _answer(self, scope: dict[str, Any], body: bytes) -> tuple[int, bytes] | None:
         ctype = auth = key = None
-        for name, value in scope["headers"]:
+        for name, value in scope["headers"]:  # the first of each, as Starlette's get()
             if name == b"content-type":
-                ctype = value
+                ctype = value if ctype is None else ctype
             elif name == b"authorization":
-                auth = value
+                auth = value if auth is None else auth
             elif name == b"idempotency-key":
-                key = value
+                key = value if key is None else key
         if (ctype != b"application/json" or auth is None or key is None
                 or not auth.startswith(b"Bearer ") or _ESCAPE in body):
             return None
