@@ -444,12 +444,14 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                                     zip(results["ours"], results["mlflow"], strict=True)]),
               "cpu": median_ratio([(server_cpu(b), server_cpu(a)) for a, b in
                                    zip(results["ours"], results["mlflow"], strict=True)])}
+    load_after = os.getloadavg()[0]
     say(report(so, sp, peer, ratios))
+    say(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min)")
     for r in (*results["ours"], *results["mlflow"]):
         r["ack"] = r["ack"].text()
     return {"client": f"wrk, {threads} threads, {connections} connections, {seconds:g} s rounds",
             "ours": so, peer: sp, "ratio": ratios, "rounds": results,
-            "load_average_before": load_before}
+            "load_average_before": load_before, "load_average_after": load_after}
 
 
 def _start_mlflow(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
