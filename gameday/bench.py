@@ -119,7 +119,7 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
     3. the idle local environment over 30 s windows: % of one core, processes, PSS (as
        `gameday bench idle`).
 
-    With --peer mlflow: only the side by side (gameday/bench_peer.py): durable requests/s,
+    With --peer mlflow (or prefect): only the side by side (gameday/bench_peer.py): durable requests/s,
     p50/p99, CPU ms per request of each component (API, reconciler, PostgreSQL, the peer's
     server, wrk) and the ratio, every acknowledgement checked against the rows.
     """

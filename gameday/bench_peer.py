@@ -31,7 +31,8 @@ from gameday.bench_submit import BODY
 
 REPO = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = Path(os.environ.get("GAMEDAY_MLFLOW_VENV") or REPO / ".venv-mlflow")
-PEERS = ("mlflow",)
+PEERS = ("mlflow", "prefect")
+PREFECT_VENV = Path(os.environ.get("GAMEDAY_PREFECT_VENV") or REPO / ".venv-prefect")
 
 # One Lua state per wrk thread. request(): a fresh Idempotency-Key per request (thread number +
 # counter + a per-run prefix); response(): keep the id of every acknowledged (2xx) answer; done():
@@ -97,6 +98,7 @@ def lua_script(body: dict[str, Any]) -> str:
 # the id each system puts in a created answer
 OURS_ID = '"id":"([^"]+)"'
 MLFLOW_ID = '"run_id"%s*:%s*"([^"]+)"'
+PREFECT_ID = '^{%s*"id"%s*:%s*"([^"]+)"'  # the flow run's own id comes first
 
 
 @dataclass
@@ -215,6 +217,15 @@ def wrk_path() -> str:
         raise RuntimeError("wrk not found: install it with `apt-get install -y wrk` "
                            "(scripts/setup.sh does)")
     return path
+
+
+def prefect_bin() -> Path:
+    exe = PREFECT_VENV / "bin" / "prefect"
+    if not exe.exists():
+        raise RuntimeError(f"Prefect not found at {exe}: install it with "
+                           "`bash scripts/setup-prefect.sh` (its own venv .venv-prefect; the "
+                           "bench never installs anything)")
+    return exe
 
 
 def mlflow_bin() -> Path:
@@ -361,19 +372,19 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
     if peer not in PEERS:
         raise RuntimeError(f"unknown peer {peer!r}; known: {', '.join(PEERS)}")
     wrk_path()
-    exe = mlflow_bin()
+    exe = mlflow_bin() if peer == "mlflow" else prefect_bin()
     load_before = os.getloadavg()[0]
     say(f"load average before: {load_before:.2f}")
     hz = os.sysconf("SC_CLK_TCK")
     threads = min(2, connections)
     work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
-    mlflow_proc: subprocess.Popen[bytes] | None = None
+    peer_proc: subprocess.Popen[bytes] | None = None
     try:
         with PostgresServer(fsync=True) as pg:
             say(f"PostgreSQL 15 (fsync on) at {pg.dsn()}")
             dsn = pg.create_database("bench")
             migrate(dsn)
-            mdsn = pg.create_database("mlflow")
+            pdsn = pg.create_database(peer)
 
             def tree(pid: int) -> list[int]:
                 return [pid, *procs.descendants(pid, procs.children_map())]
@@ -382,7 +393,10 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                               api_workers=api_workers) as cp:
                 say(f"ours: 1 API replica ({api_workers} worker(s)) + 1 reconciler at "
                     f"{cp.api_url}")
-                mlflow_proc, murl = _start_mlflow(exe, mdsn, work, say)
+                if peer == "mlflow":
+                    peer_proc, purl = _start_mlflow(exe, pdsn, work, say)
+                else:
+                    peer_proc, purl = _start_prefect(exe, pdsn, work, say)
 
                 def ours_rows(ids: list[str]) -> dict[str, int]:
                     with psycopg.connect(dsn) as conn:
@@ -394,15 +408,18 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                     with psycopg.connect(dsn, autocommit=True) as conn:
                         conn.execute("TRUNCATE operations CASCADE")
 
-                def mlflow_rows(ids: list[str]) -> dict[str, int]:
-                    with psycopg.connect(mdsn) as conn:
-                        return dict(conn.execute(
-                            "SELECT run_uuid, count(*) FROM runs WHERE run_uuid = ANY(%s)"
-                            " GROUP BY run_uuid", (ids,)).fetchall())
+                # the peer's rows: MLflow's runs, Prefect's flow runs
+                table, col = ("runs", "run_uuid") if peer == "mlflow" else ("flow_run", "id")
 
-                def mlflow_empty() -> None:
-                    with psycopg.connect(mdsn, autocommit=True) as conn:
-                        conn.execute("TRUNCATE runs CASCADE")
+                def peer_rows(ids: list[str]) -> dict[str, int]:
+                    with psycopg.connect(pdsn) as conn:
+                        return dict(conn.execute(
+                            f"SELECT {col}::text, count(*) FROM {table}"
+                            f" WHERE {col}::text = ANY(%s) GROUP BY {col}", (ids,)).fetchall())
+
+                def peer_empty() -> None:
+                    with psycopg.connect(pdsn, autocommit=True) as conn:
+                        conn.execute(f"TRUNCATE {table} CASCADE")
 
                 ours = Side(
                     "ours", f"{cp.api_url}/v1/operations", BODY,
@@ -412,16 +429,22 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                              "reconciler": tree(cp.recs[0].popen.pid),
                              "postgres": tree(pg.proc.pid)},  # type: ignore[union-attr]
                     ours_rows, ours_empty)
+                if peer == "mlflow":
+                    url, body, pattern = (f"{purl}/api/2.0/mlflow/runs/create",
+                                          {"experiment_id": "0", "run_name": "bench"}, MLFLOW_ID)
+                else:
+                    url, body, pattern = (f"{purl}/api/flow_runs/",
+                                          {"flow_id": _prefect_flow(purl), "name": "bench"},
+                                          PREFECT_ID)
                 mlf = Side(
-                    "mlflow", f"{murl}/api/2.0/mlflow/runs/create",
-                    {"experiment_id": "0", "run_name": "bench"}, {}, MLFLOW_ID, "",
-                    lambda: {"mlflow": tree(mlflow_proc.pid),  # type: ignore[union-attr]
+                    peer, url, body, {}, pattern, "",
+                    lambda: {peer: tree(peer_proc.pid),  # type: ignore[union-attr]
                              "postgres": tree(pg.proc.pid)},  # type: ignore[union-attr]
-                    mlflow_rows, mlflow_empty)
+                    peer_rows, peer_empty)
                 for side in (ours, mlf):  # warm-up: connections, caches, plans, imports
                     warm_up(side, connections=connections, threads=threads, workdir=work,
                             hz=hz, say=say)
-                results: dict[str, list[dict[str, Any]]] = {"ours": [], "mlflow": []}
+                results: dict[str, list[dict[str, Any]]] = {"ours": [], peer: []}
                 for i in range(1, rounds + 1):
                     for side in (ours, mlf):
                         r = measure_round(side, seconds=seconds, connections=connections,
@@ -432,22 +455,22 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                             raise RuntimeError(f"{side.name}: acknowledged work is missing or "
                                                f"duplicated: {r['ack'].text()}")
     finally:
-        if mlflow_proc is not None:
-            _stop(mlflow_proc)
+        if peer_proc is not None:
+            _stop(peer_proc)
         shutil.rmtree(work, ignore_errors=True)
-    so, sp = summarize(results["ours"]), summarize(results["mlflow"])
+    so, sp = summarize(results["ours"]), summarize(results[peer])
 
     def server_cpu(r: dict[str, Any]) -> float:
         return sum(v for k, v in r["cpu_ms"].items() if k != "wrk")
 
     ratios = {"rate": median_ratio([(a["rate"], b["rate"]) for a, b in
-                                    zip(results["ours"], results["mlflow"], strict=True)]),
+                                    zip(results["ours"], results[peer], strict=True)]),
               "cpu": median_ratio([(server_cpu(b), server_cpu(a)) for a, b in
-                                   zip(results["ours"], results["mlflow"], strict=True)])}
+                                   zip(results["ours"], results[peer], strict=True)])}
     load_after = os.getloadavg()[0]
     say(report(so, sp, peer, ratios))
     say(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min)")
-    for r in (*results["ours"], *results["mlflow"]):
+    for r in (*results["ours"], *results[peer]):
         r["ack"] = r["ack"].text()
     return {"client": f"wrk, {threads} threads, {connections} connections, {seconds:g} s rounds",
             "ours": so, peer: sp, "ratio": ratios, "rounds": results,
@@ -503,3 +526,50 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+
+def _start_prefect(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
+                   ) -> tuple[subprocess.Popen[bytes], str]:
+    """Prefect 3's server, API only (--no-services: its schedulers and loop services are no
+    part of creating a flow run), one process: more workers need a message broker besides."""
+    import urllib.request
+
+    from infra.local.pgserver import free_port
+    from infra.local.prefect import server_env
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **server_env(work / "prefect-home",
+                                      dsn.replace("postgresql://", "postgresql+asyncpg://"),
+                                      port)}
+    args = [str(exe), "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui",
+            "--no-services"]
+    say(f"{exe.parent.parent.name}: prefect server (1 process, API only) on the same "
+        "PostgreSQL (its own database)")
+    with open(work / "prefect.log", "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("prefect server exited: "
+                               + (work / "prefect.log").read_text()[-2000:])
+        try:
+            with urllib.request.urlopen(f"{url}/api/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    _stop(proc)
+    raise RuntimeError("prefect server not ready after 180 s: "
+                       + (work / "prefect.log").read_text()[-2000:])
+
+
+def _prefect_flow(url: str) -> str:
+    """The flow the bench's flow runs belong to (created once)."""
+    import urllib.request
+
+    req = urllib.request.Request(f"{url}/api/flows/", data=b'{"name": "bench"}',
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return str(json.loads(r.read())["id"])
