@@ -15,6 +15,7 @@ import click
 
 from gameday.bench_disk import disk_cmd
 from gameday.bench_idle import idle_cmd, measure_idle
+from gameday.bench_peer import PEERS
 from gameday.bench_runtime import runtime_cmd, runtime_rounds
 from gameday.bench_submit import IMAGE, measure_submit, submit_summary
 
@@ -99,9 +100,13 @@ def _dispatch_and_claims(cp: object, dsn: str, say: object) -> dict[str, object]
               "current directory].")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the figures as JSON here.")
+@click.option("--peer", type=click.Choice(PEERS),
+              help="Instead: our submit path and the peer's create call side by side on one "
+              "PostgreSQL, both driven by wrk at --concurrency connections, rounds interleaved "
+              "(needs wrk, and the peer from scripts/setup-<peer>.sh).")
 def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_workers: int,
                        runtime: bool, idle: bool, home: Path | None,
-                       json_out: Path | None) -> None:
+                       json_out: Path | None, peer: str | None) -> None:
     """Everything the control plane costs, medians of rounds:
 
     \b
@@ -113,6 +118,10 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
        queue->running p50/p95/p99, throughput, CPU per attempt (as `gameday bench runtime`);
     3. the idle local environment over 30 s windows: % of one core, processes, PSS (as
        `gameday bench idle`).
+
+    With --peer mlflow (or prefect): only the side by side (gameday/bench_peer.py): durable requests/s,
+    p50/p99, CPU ms per request of each component (API, reconciler, PostgreSQL, the peer's
+    server, wrk) and the ratio, every acknowledgement checked against the rows.
     """
 
     from controlplane.db import migrate
@@ -123,6 +132,19 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
+
+    if peer:
+        from gameday.bench_peer import run_side_by_side
+
+        try:
+            figures = run_side_by_side(peer, seconds=seconds, rounds=rounds,
+                                       connections=concurrency, api_workers=api_workers, say=say)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(json.dumps(figures, indent=2))
+        if json_out:
+            json_out.write_text(json.dumps(figures, indent=2))
+        return
 
     with PostgresServer(fsync=True) as pg:
         dsn = pg.create_database("bench")

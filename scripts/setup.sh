@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(postgresql-15 patroni etcd-server etcd-client haproxy docker-registry prometheus
               chromium iproute2 procps
-              fuse3 libfuse3-3)  # environments/local/faultfs: fusermount3 + the library mfusepy loads
+              fuse3 libfuse3-3  # environments/local/faultfs: fusermount3 + the library mfusepy loads
+              wrk)  # the load client of `gameday bench controlplane --peer`
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -26,6 +26,7 @@ from controlplane.api.admission import AdmissionMiddleware
 from controlplane.api.body_limit import BodyLimitMiddleware
 from controlplane.api.claimwait import ClaimWakeups
 from controlplane.api.deps import Settings, TokenCache, log
+from controlplane.api.fast_submit import FastSubmit
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.middleware import MetricsMiddleware
 from controlplane.api.write_behind import WriteBehind
@@ -70,6 +71,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.group_commit = GroupCommit(lambda: app.state.pool,
                                          window=settings.submit_gather_ms / 1000)
     app.state.claim_wakeups = ClaimWakeups(settings.dsn)  # long-polling claims (api/agents.py)
+    # innermost: the submit route's ordinary case answered without FastAPI's per-request
+    # machinery, behind admission control like the route (api/fast_submit.py)
+    app.add_middleware(FastSubmit, settings=settings, state=app.state)
     app.add_middleware(AdmissionMiddleware, settings=settings)  # inside the metrics: refusals count
     # an oversized body takes no admission slot; counted by the metrics like any answer
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -10,16 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from controlplane import metrics
-from controlplane.api import errors, serialize
-from controlplane.api.deps import AnyRole, Conn, IdempotencyKey, Settings, User, UserOrAdmin, log
+from controlplane.api import errors, serialize, submit_path
+from controlplane.api.deps import AnyRole, Conn, IdempotencyKey, Settings, User, UserOrAdmin
 from controlplane.api.edge import EdgeRoute
 from controlplane.api.group_commit import GroupCommit
 from controlplane.api.write_behind import WriteBehind
 from controlplane.models import CancelRequest, OperationSpec, SideEffectRequest
 from controlplane.states import OpState
-from controlplane.store import Conflict, InvalidReference, StoreUnavailable
+from controlplane.store import Conflict, InvalidReference
 from controlplane.store import operations as op_store
-from controlplane.store.submissions import SubmitItem
 
 router = APIRouter(tags=["operations"], route_class=EdgeRoute)
 
@@ -36,26 +35,14 @@ async def submit(spec: OperationSpec, p: User, request: Request,
         write_behind: WriteBehind = request.app.state.write_behind
         return _json(write_behind.ack(p, idempotency_key, doc), 201)
     commits: GroupCommit = request.app.state.group_commit
-    item = SubmitItem(p.project_id, idempotency_key, doc, f"user:{p.project}")  # type: ignore[arg-type]
-    for attempt in (1, 2):
-        try:
-            res = await commits.submit(item)
-            break
-        except (Conflict, InvalidReference):
-            metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
-            raise
-        except StoreUnavailable:
-            # a pooled connection broken by a failover: the statement is idempotent
-            # (ON CONFLICT on the key), so one retry on a fresh connection is safe
-            if attempt == 2:
-                raise
-    metrics.SUBMISSIONS.labels(p.project, spec.queue,
-                               "accepted" if res.created else "duplicate").inc()
-    if res.created:
-        log.info("submission accepted", extra={
-            "action": "submit", "operation_id": str(res.operation["id"]),
-            "project": p.project, "queue": spec.queue})
-    return _json(serialize.operation(res.operation, p.project), 201 if res.created else 200)
+    try:
+        res = await submit_path.commit(commits, p, idempotency_key, doc,
+                                       request.scope.pop(submit_path.PRIOR_FAILURE, None))
+    except (Conflict, InvalidReference):
+        metrics.SUBMISSIONS.labels(p.project, spec.queue, "rejected").inc()
+        raise
+    status, body = submit_path.answer(res, p, spec)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _json(doc: dict[str, Any], status: int) -> Response:

@@ -17,7 +17,7 @@ from controlplane.states import ActiveAttemptStates, OpState
 from controlplane.store import Conflict, NotFound, columns
 from controlplane.store.agents import fail_or_retry, note_agent_failure
 from controlplane.store.operations import NOTIFY_CHANNEL, get
-from controlplane.store.transitions import db_now, record_event, transition
+from controlplane.store.transitions import block_many, db_now, record_event, transition
 
 SCHEDULER_LOCK = 7_301_002
 ACTOR = "reconciler"
@@ -174,11 +174,15 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                      "no": after[1] if after else None, "ts": after[2] if after else None,
                      "id": after[3] if after else None, "n": batch, "routed": routed})
                 blocked = await c.fetchall()
+        to_block: list[tuple[Any, str, str, dict[str, Any]]] = []
         for op in [*ops, *blocked]:
             if op["state"] == OpState.QUEUED and same_fleet and not _room(dests):
                 stats.waiting += 1  # as above: the fleet filled up during this pass
                 continue
-            await _place(conn, op, dests, limits, active, stats, lease_seconds)
+            await _place(conn, op, dests, limits, active, stats, lease_seconds, to_block)
+        # one statement for all that became blocked in this pass (nothing else in the pass
+        # reads them again: a blocked operation books no capacity)
+        await block_many(conn, to_block, actor=ACTOR)
     last = blocked[-1] if len(blocked) >= batch else None
     resume = (last["nq"], last["no"], last["created_at"], last["id"]) if last else None
     return stats, fleet, resume
@@ -186,7 +190,10 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
 
 async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Destination],
                  limits: dict[str, int], active: dict[str, int], stats: PassStats,
-                 lease_seconds: float) -> None:
+                 lease_seconds: float,
+                 to_block: list[tuple[Any, str, str, dict[str, Any]]]) -> None:
+    """Route one operation; one that newly becomes blocked is appended to ``to_block`` (the
+    caller moves them all in one statement, `block_many`)."""
     state = OpState(op["state"])
     queue = op["queue"]
     if active.get(queue, 0) >= limits.get(queue, 1):
@@ -207,9 +214,9 @@ async def _place(conn: AsyncConnection, op: dict[str, Any], dests: dict[str, Des
     if decision.outcome is Outcome.BLOCKED:
         stats.blocked += 1
         if state is not OpState.BLOCKED:
-            await transition(conn, op["id"], OpState.BLOCKED, actor=ACTOR, reason=decision.reason,
-                             pending_reason=decision.pending_reason.value,  # type: ignore[union-attr]
-                             data={"rejected": decision.rejected})
+            to_block.append((op["id"], decision.reason,
+                             decision.pending_reason.value,  # type: ignore[union-attr]
+                             {"rejected": decision.rejected}))
         elif op["state_reason"] != decision.reason:
             await conn.execute(
                 sql.SQL("UPDATE operations SET state_reason = %s, {} = %s WHERE id = %s").format(

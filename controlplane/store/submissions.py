@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from controlplane import defects
 from controlplane.store import Conflict, InvalidReference, columns
@@ -43,7 +42,14 @@ class SubmitItem:
 
 
 def payload_hash(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return _encoded(spec)[1]
+
+
+def _encoded(spec: dict[str, Any]) -> tuple[str, str]:
+    """The document as JSON text and its payload hash, from one encoding (the text is also
+    what the statement stores: jsonb normalizes key order and spacing)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return text, hashlib.sha256(text.encode()).hexdigest()
 
 
 # unnest keeps the group one statement with a fixed text (one plan shape) whatever
@@ -52,15 +58,16 @@ def payload_hash(spec: dict[str, Any]) -> str:
 _SUBMIT_MANY = """
 WITH v AS (
     SELECT * FROM unnest(%(op_id)s::uuid[], %(project_id)s::uuid[], %(key)s::text[],
-                         %(hash)s::text[], %(name)s::text[], %(queue)s::text[], %(priority)s::int[],
-                         %(spec)s::jsonb[], %(max_retries)s::int[], %(timeout)s::int[],
-                         %(actor)s::text[])
-        AS v(op_id, project_id, key, hash, name, queue, priority, spec, max_retries, timeout, actor)
+                         %(hash)s::text[], %(spec)s::jsonb[], %(actor)s::text[])
+        AS v(op_id, project_id, key, hash, spec, actor)
 ), ins AS (
+    -- the columns copied from the document are read from it here: five fewer arrays to
+    -- build and encode per group in the API (docs/performance.md)
     INSERT INTO operations (id, project_id, idempotency_key, payload_hash, name, queue, priority,
                             spec, state, state_reason, max_retries, timeout_seconds)
-    SELECT coalesce(op_id, gen_random_uuid()), project_id, key, hash, name, queue, priority, spec,
-           'accepted', 'submission committed', max_retries, timeout
+    SELECT coalesce(op_id, gen_random_uuid()), project_id, key, hash, spec->>'name',
+           spec->>'queue', (spec->>'priority')::int, spec, 'accepted', 'submission committed',
+           (spec->>'max_retries')::int, (spec->>'timeout_seconds')::int
     FROM v ORDER BY project_id, key
     ON CONFLICT (project_id, idempotency_key) DO NOTHING
     RETURNING {ops}
@@ -106,13 +113,15 @@ async def submit_many(conn: AsyncConnection, items: list[SubmitItem],
     submitted item by item so only the offending items fail."""
     items = [SubmitItem(i.project_id, effective_key(i.key), i.spec, i.actor, i.op_id)
              for i in items]
-    hashes = [payload_hash(i.spec) for i in items]
+    encoded = [_encoded(i.spec) for i in items]
+    hashes = [h for _, h in encoded]
     first: dict[tuple[str, str], int] = {}
     for n, item in enumerate(items):
         first.setdefault(item.ident, n)
     leaders = sorted(set(first.values()))
     try:
-        created = await _insert(conn, [items[n] for n in leaders], [hashes[n] for n in leaders])
+        created = await _insert(conn, [items[n] for n in leaders],
+                                [encoded[n] for n in leaders])
     except psycopg.errors.ForeignKeyViolation as exc:
         if len(leaders) == 1:
             raise InvalidReference(f"queue {items[leaders[0]].spec['queue']!r} does not exist",
@@ -141,16 +150,13 @@ async def submit_many(conn: AsyncConnection, items: list[SubmitItem],
     return out
 
 
-async def _insert(conn: AsyncConnection, items: list[SubmitItem], hashes: list[str],
+async def _insert(conn: AsyncConnection, items: list[SubmitItem],
+                  encoded: list[tuple[str, str]],
                   ) -> dict[tuple[str, str], dict[str, Any]]:
     params = {
         "op_id": [i.op_id for i in items], "project_id": [i.project_id for i in items],
-        "key": [i.key for i in items], "hash": hashes, "name": [i.spec["name"] for i in items],
-        "queue": [i.spec["queue"] for i in items],
-        "priority": [i.spec["priority"] for i in items],
-        "spec": [Jsonb(i.spec) for i in items],
-        "max_retries": [i.spec["max_retries"] for i in items],
-        "timeout": [i.spec["timeout_seconds"] for i in items],
+        "key": [i.key for i in items], "hash": [h for _, h in encoded],
+        "spec": [text for text, _ in encoded],  # JSON text, cast to jsonb by the statement
         "actor": [i.actor for i in items],
     }
     async with conn.cursor(row_factory=dict_row) as cur:
