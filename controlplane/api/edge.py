@@ -27,17 +27,17 @@ from fastapi.routing import APIRoute
 __all__ = ["MAX_QUOTED_CHARS", "EdgeRoute", "api_routes", "bounded", "input_problems",
            "install", "quote", "validation_answer"]
 
-_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 # A JSON text can hold a NUL or a surrogate only as an escape (valid JSON has no raw control
 # character in a string, valid UTF-8 no surrogate): a body without one has no string to walk.
-_ESCAPE = b"\\u"
+JSON_ESCAPE = b"\\u"
 # longest excerpt of a submitted value an error answer repeats
 MAX_QUOTED_CHARS = 64
 MAX_MESSAGE_CHARS = 500
 
 
 def _string_problem(s: str) -> str | None:
-    bad = _BAD_CHAR.search(s)
+    bad = BAD_CHAR.search(s)
     if bad is None:
         return None
     if bad.group() == "\x00":
@@ -121,7 +121,7 @@ class EdgeRoute(APIRoute):
                     doc = await request.json()
                 except (ValueError, RecursionError):
                     doc = None  # not JSON: FastAPI answers that itself, as before
-                if request.nonfinite or _ESCAPE in await request.body():
+                if request.nonfinite or JSON_ESCAPE in await request.body():
                     errors = input_problems(doc)
             if errors:
                 raise RequestValidationError(errors)

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from controlplane.api import submit_path
 from controlplane.api.deps import Settings, TokenCache
-from controlplane.api.edge import _BAD_CHAR, _ESCAPE
+from controlplane.api.edge import BAD_CHAR, JSON_ESCAPE
 from controlplane.api.group_commit import GroupCommit
 from controlplane.models import OperationSpec
 
@@ -94,11 +94,11 @@ class FastSubmit:
             elif name == b"idempotency-key":
                 key = value if key is None else key
         if (ctype != b"application/json" or auth is None or key is None
-                or not auth.startswith(b"Bearer ") or _ESCAPE in body):
+                or not auth.startswith(b"Bearer ") or JSON_ESCAPE in body):
             return None
         token = auth[7:].decode("latin-1").strip()
         idem = key.decode("latin-1")
-        if not token or not 1 <= len(idem) <= 200 or _BAD_CHAR.search(idem):
+        if not token or not 1 <= len(idem) <= 200 or BAD_CHAR.search(idem):
             return None
         tokens: TokenCache = self.state.tokens
         p = tokens.get(token)
