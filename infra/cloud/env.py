@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from infra.environment import (
+from infra.environment_types import (
     ENVIRONMENTS,
     EnvironmentRefused,
     EnvironmentUnavailable,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from infra.environment import poll
+from infra.environment_types import poll
 from infra.local.components import APP_DB, APP_USER, superuser_dsn
 from infra.local.errors import ComponentUnhealthy, EnvError
 from infra.local.topology import Secrets

@@ -36,7 +36,7 @@ from typing import Any
 import click
 import httpx
 
-from infra.environment import (
+from infra.environment_types import (
     EnvironmentRefused,
     EnvironmentUnavailable,
     EvidenceNeeds,

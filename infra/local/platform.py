@@ -8,7 +8,6 @@ plane's own processes (API replicas, reconciler, agents) run too.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
@@ -41,7 +40,9 @@ def local_platform(name: str) -> ModuleType:
     except PlatformError as exc:
         raise EnvError(str(exc)) from None
     if not isinstance(module, ModuleType):
-        module = importlib.import_module(str(module))
+        raise EnvError(f"platform {name!r}: its local part is a {type(module).__name__}, not a "
+                       "module; it does not implement the local platform hooks "
+                       "(infra/local/platform.py)")
     lacking = [h for h in HOOKS if not callable(getattr(module, h, None))]
     if lacking or not isinstance(getattr(module, "CONTROLPLANE", None), bool):
         raise EnvError(f"platform {name!r}: {module.__name__} does not implement the local "
