@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from infra.local.components import PG_BIN, PG_USER, app_dsn
 from infra.local.errors import EnvError
+from infra.local.pg_files import PG_BIN, PG_USER, app_dsn
 
 if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment

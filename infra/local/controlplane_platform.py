@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infra.local.components import ComponentSpec
+from infra.local.spec import ComponentSpec
 
 CONTROLPLANE = True
 

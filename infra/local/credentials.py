@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from infra.local.components import (
+from infra.local.components import TOKEN_CACHE_SECONDS
+from infra.local.errors import EnvError
+from infra.local.pg_files import (
     APP_USER,
-    TOKEN_CACHE_SECONDS,
     agent_token_file,
-    gameday_argv,
     secrets_dir,
     write_pgpass,
     write_private,
 )
-from infra.local.errors import EnvError
+from infra.local.spec import gameday_argv
 
 if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from infra.environment_types import poll
-from infra.local.components import APP_DB, APP_USER, superuser_dsn
 from infra.local.errors import ComponentUnhealthy, EnvError
+from infra.local.pg_files import APP_DB, APP_USER, superuser_dsn
 from infra.local.topology import Secrets
 
 if TYPE_CHECKING:

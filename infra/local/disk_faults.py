@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 
 from infra.local import disk_spec
-from infra.local.components import ComponentSpec
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
 from infra.local.fault_ledger import FaultLedger
 from infra.local.faultfs.client import FaultFsClient
 from infra.local.faultfs.errors import ControlUnreachable, FaultFsError
+from infra.local.spec import ComponentSpec
 
 FAULT = "disk"
 NO_LAYER = ("this environment has no storage fault layer: start it with "

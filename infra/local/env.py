@@ -44,16 +44,8 @@ from infra.environment_types import (
     RunRequest,
 )
 from infra.local import node_disk, orphans, procs, storage
-from infra.local.components import (
-    PG_BIN,
-    ComponentSpec,
-    Group,
-    app_dsn,
-    build_components,
-    db_root_for,
-    gameday_targets_file,
-    superuser_dsn,
-)
+from infra.local.components import build_components
+from infra.local.configs import gameday_targets_file
 from infra.local.database import LocalDatabase
 from infra.local.errors import (
     AlreadyRunning,
@@ -61,7 +53,9 @@ from infra.local.errors import (
     EnvError,
     NotRunning,
 )
+from infra.local.pg_files import PG_BIN, app_dsn, db_root_for, superuser_dsn
 from infra.local.ports import allocate_ports
+from infra.local.spec import ComponentSpec, Group
 from infra.local.state import EnvState
 from infra.local.supervisor import SupervisorClient, SupervisorError
 from infra.local.topology import (
@@ -691,7 +685,7 @@ class LocalEnvironment:
 
     def _up_controlplane(self, say: Reporter, timeout: float, agents: tuple[AgentSpec, ...]) -> None:
         from controlplane.db import DSN_ENV
-        from infra.local.components import gameday_argv
+        from infra.local.spec import gameday_argv
 
         dsn_env = {DSN_ENV: self.endpoints["dsn"]}
         self.run_step("migrate", gameday_argv("controlplane", "migrate"), env_extra=dsn_env)
@@ -834,7 +828,7 @@ class LocalEnvironment:
         (controlplane/defects.py WHERE "migrate"; test only)."""
         from controlplane import defects
         from controlplane.db import DSN_ENV
-        from infra.local.components import gameday_argv
+        from infra.local.spec import gameday_argv
 
         extra = {DSN_ENV: self.endpoints["dsn"]}
         mine = sorted(d for d in self.info.get("defects", []) if "migrate" in defects.WHERE[d])

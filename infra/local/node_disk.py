@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
+from infra.local.spec import ComponentSpec, Group, HealthCheck
 
 KIND = "node-disk"
 NODE = "cpu-2"

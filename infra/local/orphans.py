@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.local import procs
-from infra.local.components import OWNER_FILE, SYSTEM_DB_ROOT
 from infra.local.errors import EnvError
+from infra.local.pg_files import OWNER_FILE, SYSTEM_DB_ROOT
 
 
 def _owner(db_root: Path) -> Path | None:

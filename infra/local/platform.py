@@ -12,8 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from infra.local.components import ComponentSpec
 from infra.local.errors import EnvError
+from infra.local.spec import ComponentSpec
 from platforms import PlatformError, registry
 
 

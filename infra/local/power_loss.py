@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from infra.local.components import ComponentSpec
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
 from infra.local.fault_ledger import FaultLedger
 from infra.local.faultfs.client import FaultFsClient
 from infra.local.faultfs.errors import ControlUnreachable, FaultFsError
 from infra.local.node_disk import KIND, NODE
+from infra.local.spec import ComponentSpec
 
 FAULT = "power_loss"
 NO_LAYER = ("no agent of this environment has a node disk: start it with "

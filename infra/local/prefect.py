@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
 from infra.local.errors import ComponentUnhealthy, EnvError
+from infra.local.spec import ComponentSpec, Group, HealthCheck
 from infra.local.topology import BUCKET
 
 if TYPE_CHECKING:

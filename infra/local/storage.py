@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.local import procs
-from infra.local.components import ComponentSpec, Group, HealthCheck, chown_for_postgres
 from infra.local.errors import EnvError
 from infra.local.faultfs.errors import FaultFsError
 from infra.local.faultfs.mount import FUSERMOUNT, check_fuse, clear_stale, fuse_mounts, is_mounted
+from infra.local.pg_files import chown_for_postgres
+from infra.local.spec import ComponentSpec, Group, HealthCheck
 
 if TYPE_CHECKING:
     from infra.local.env import LocalEnvironment

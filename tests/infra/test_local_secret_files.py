@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from infra.local.components import (
+from infra.local.pg_files import (
     agent_token_file,
     app_dsn,
     pgpass_file,

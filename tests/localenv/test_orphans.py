@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from infra.local import orphans, procs
-from infra.local.components import OWNER_FILE, prepare_db_root
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError
+from infra.local.pg_files import OWNER_FILE, prepare_db_root
 
 
 def _db_root(root: Path, name: str, owner: Path | None) -> Path:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
 from infra.local.errors import EnvError, NotRunning, UnknownTarget
 from infra.local.fault_ledger import FaultLedger
 from infra.local.faultfs.errors import FaultFsError
 from infra.local.power_loss import NO_LAYER, PowerLoss
+from infra.local.spec import ComponentSpec, Group, HealthCheck
 
 REPORT = {"dropped_bytes": 7, "removed_files": [],
           "dropped_files": [{"path": "/op/slot-1/weights.npy", "bytes": 7, "truncated": True}]}

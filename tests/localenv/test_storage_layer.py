@@ -171,9 +171,9 @@ def test_orphan_cleanup_detaches_a_dead_mount_and_leaves_a_live_one_alone(
     import signal
 
     from infra.local import orphans, procs
-    from infra.local.components import OWNER_FILE
     from infra.local.faultfs import FaultFsProcess
     from infra.local.faultfs.mount import is_mounted
+    from infra.local.pg_files import OWNER_FILE
 
     _fuse_or_skip()
     db_root = tmp_path / "root" / "gone-env-1234"

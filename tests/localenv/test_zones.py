@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from infra.local.components import ComponentSpec, Group, HealthCheck
 from infra.local.env import LocalEnvironment
 from infra.local.errors import EnvError, UnknownTarget
+from infra.local.spec import ComponentSpec, Group, HealthCheck
 from infra.local.topology import API_ZONES, DB_ZONES, DEFAULT_AGENTS, zone_map
 
 
