@@ -42,9 +42,7 @@ def _ctx(configuration: Configuration) -> Context:
 
 
 def _backups(ctx: Context) -> Any:
-    from infra.local.backup import DatabaseBackups
-
-    return DatabaseBackups(ctx.env)
+    return ctx.env.backups  # the local environment's (infra/local/backup.py)
 
 
 def _report_path(ctx: Context) -> Path:

@@ -27,7 +27,19 @@ class LocalPlatform(Protocol):
     def build_components(self, state: Path, ports: dict[str, int],
                          info: dict[str, Any]) -> dict[str, ComponentSpec]: ...
     def endpoints(self, ports: dict[str, int]) -> dict[str, Any]: ...
-    def up(self, env: Any, say: Any, timeout: float) -> None: ...  # after the shared ones
+    def up(self, env: LocalEnv, say: Any, timeout: float) -> None: ...  # after the shared ones
+
+
+class LocalEnv(Protocol):
+    """What a platform's ``up`` is given of the environment (infra/local/env.py)."""
+
+    @property
+    def info(self) -> dict[str, Any]: ...  # env.json (``platform_info``, ``ports`` ...)
+    @property
+    def endpoints(self) -> dict[str, Any]: ...  # what it adds is recorded in env.json
+    def spawn(self, component: str) -> int: ...
+    def wait_healthy(self, components: list[str], timeout: float,
+                     reporter: Any = None) -> None: ...
 
 
 HOOKS = ("missing", "port_names", "prepare", "build_components", "endpoints", "up")
