@@ -16,14 +16,8 @@ from typing import Any
 
 from infra.local.errors import EnvError, NotRunning
 from infra.local.fault_ledger import FaultLedger
-from infra.local.s3_brownout import (
-    BrownoutClient,
-    BrownoutInvalid,
-    BrownoutRejected,
-    BrownoutUnreachable,
-    Counters,
-    parse_brownout,
-)
+from infra.local.s3_brownout import BrownoutInvalid, Counters, parse_brownout
+from infra.local.s3_brownout_client import BrownoutClient, BrownoutRejected, BrownoutUnreachable
 
 FAULT = "s3_brownout"
 TARGET = "moto"
