@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.context import ChaosError, Context
-from environments.cloud.env import CLOUD_ENVS
+from environments.base import environment_kind
 
 __all__ = [
     "acknowledged_submissions_present",
@@ -35,16 +35,14 @@ Secrets = dict[str, Any] | None
 
 def _ctx(configuration: Configuration) -> Context:
     ctx = Context.from_configuration(configuration)
-    if ctx.env_name in CLOUD_ENVS:
+    if not environment_kind(ctx.env_name).database_backups_here:
         raise ChaosError(f"the restore rehearsal acts on the local environment, not {ctx.env_name!r}: "
                          "on AWS follow runbooks/db-primary-loss.md (point-in-time restore)")
     return ctx
 
 
 def _backups(ctx: Context) -> Any:
-    from environments.local.backup import DatabaseBackups
-
-    return DatabaseBackups(ctx.env)
+    return ctx.env.backups  # the local environment's (environments/local/backup.py)
 
 
 def _report_path(ctx: Context) -> Path:

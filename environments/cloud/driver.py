@@ -53,6 +53,7 @@ from environments.cloud.aws import AwsFaults, AwsTarget
 from environments.cloud.fault_state import FaultState
 from environments.cloud.kubernetes import KubernetesFaults, KubeTarget
 from environments.cloud.tags import SYSTEM_POOL
+from environments.environment_types import ENVIRONMENTS as ALL_ENVIRONMENTS
 
 __all__ = [
     "ENVIRONMENTS",
@@ -63,7 +64,8 @@ __all__ = [
     "ProdRefused",
 ]
 
-ENVIRONMENTS = ("dev", "staging", "prod")
+# the cloud names of the one list of environments (environments/environment_types.py)
+ENVIRONMENTS = tuple(name for name, kind in ALL_ENVIRONMENTS.items() if kind == "cloud")
 DB_ALIASES = ("db-primary", "primary", "database")
 POOL_WITHDRAWAL = ("nodepool", "cordon", "nodegroup")
 

@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from environments.base import (
+from environments.environment_types import (
     ENVIRONMENTS,
     EnvironmentRefused,
     EnvironmentUnavailable,
@@ -230,6 +230,7 @@ class CloudEnvironment:
     budget_source = "prometheus"  # the stack's own, which holds the SLO rules
     durability_stream = False  # its held queue is the local reference control plane's
     sigterm_is_interrupt = True  # a pod's deadline or a node drain ends the run, rolled back
+    database_backups_here = False  # RDS: a point-in-time restore (runbooks/db-primary-loss.md)
 
     def __init__(self, target: CloudTargetFile, state_dir: Path, *, allow_prod: bool = False,
                  kube_api: Any = None) -> None:

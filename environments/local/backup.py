@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from environments.local.components import PG_BIN, PG_USER, app_dsn
 from environments.local.errors import EnvError
+from environments.local.pg_files import PG_BIN, PG_USER, app_dsn
 
 if TYPE_CHECKING:
-    from environments.local.env import LocalEnvironment
+    from environments.local.database import LocalDatabase
+    from environments.local.faults import FaultInjector
+    from environments.local.processes import Processes
+    from environments.local.state import EnvState
 
 Reporter = Callable[[str], None]
 FENCING_JUMP = 1_000_000  # > any number of leases granted between a backup and a restore
@@ -49,16 +52,21 @@ class BackupError(EnvError):
 
 
 class DatabaseBackups:
-    def __init__(self, env: LocalEnvironment) -> None:
-        self.env = env
-        self.dir = env.state_dir / "backups"
+    """Base backups of the database, losing it (the ``database_lost`` fault) and the restore
+    order. Given the environment's record, its processes, its database and its fault driver
+    (the restore stops and starts the other components through the driver's faults)."""
+
+    def __init__(self, state: EnvState, processes: Processes, db: LocalDatabase,
+                 faults: FaultInjector) -> None:
+        self.state, self.processes, self.db, self.faults = state, processes, db, faults
+        self.dir = state.dir / "backups"
 
     # -- backups ----------------------------------------------------------------------------
     def take(self) -> dict[str, Any]:
         """A consistent base backup. Its ``restore_point`` is when it *started*: everything
         committed before then is in it; commits during the backup may or may not be (the copy
         is consistent to the WAL position at its end, which has no exact wall-clock time)."""
-        leader = self.env.db.leader()
+        leader = self.db.leader()
         if leader is None:
             raise BackupError("no database leader to back up (Patroni reports none)")
         started = time.time()
@@ -66,10 +74,10 @@ class DatabaseBackups:
         partial = self.dir / f".{backup_id}.partial"
         partial.parent.mkdir(parents=True, exist_ok=True)
         argv = [str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1",
-                "-p", str(self.env.components[leader].ports["postgres"]), "-U", "replicator",
+                "-p", str(self.state.components[leader].ports["postgres"]), "-U", "replicator",
                 "-D", str(partial), "-Ft", "-z", "-X", "stream", "-c", "fast", "--no-password"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False,
-                                env={**os.environ, "PGPASSWORD": self.env.info["secrets"]["pg_replication"]})
+                                env={**os.environ, "PGPASSWORD": self.state.info["secrets"]["pg_replication"]})
         if result.returncode != 0:
             shutil.rmtree(partial, ignore_errors=True)
             raise BackupError(f"pg_basebackup from {leader} exited {result.returncode}: "
@@ -81,7 +89,7 @@ class DatabaseBackups:
                 "bytes": sum(p.stat().st_size for p in partial.iterdir())}
         (partial / "backup.json").write_text(json.dumps(meta, indent=2))
         partial.rename(self.dir / backup_id)  # only complete backups carry a plain name
-        self.env.faults.timeline.record("note", "backup", "database", meta)
+        self.faults.timeline.record("note", "backup", "database", meta)
         return meta
 
     def list(self) -> list[dict[str, Any]]:
@@ -105,20 +113,20 @@ class DatabaseBackups:
     # -- the fault ----------------------------------------------------------------------------
     def lose(self) -> dict[str, Any]:
         """Both members and their data gone (storage loss): only a backup brings the data back."""
-        f = self.env.faults
+        f = self.faults
         if f.is_active("database_lost", "database"):
             return {"target": "database", "already": True}
         ts = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         line = f.begin("database_lost", "database", {"members": ["pg-0", "pg-1"],
                                                       "moved_to": f"data.lost-{ts}"})
         for member in ("pg-0", "pg-1"):
-            if self.env.component_pids(member):
+            if self.processes.component_pids(member):
                 f.kill(member)
             self._move_aside(member, f"data.lost-{ts}")
         return {"target": "database", "time": line["time"]}
 
     def _data_dir(self, member: str) -> Path:
-        return Path(self.env.components[member].labels["data_dir"])
+        return Path(self.state.components[member].labels["data_dir"])
 
     def _move_aside(self, member: str, name: str) -> None:
         data = self._data_dir(member)
@@ -131,25 +139,25 @@ class DatabaseBackups:
         say = reporter or (lambda _msg: None)
         from environments.local.platform import local_platform
 
-        platform = self.env.info.get("platform", "controlplane")
+        platform = self.state.info.get("platform", "controlplane")
         if not local_platform(platform).CONTROLPLANE:
             raise BackupError(f"the restore order stops and restarts the reference control "
                               f"plane's processes; environment runs {platform!r}")
         backup = self.get(backup_id)
-        f, steps, t0 = self.env.faults, {}, time.monotonic()
+        f, steps, t0 = self.faults, {}, time.monotonic()
 
         say("1/4 stop intake (API replicas), the reconciler and every agent pool")
         for name in (*API_REPLICAS, "reconciler"):
-            if self.env.component_pids(name):
+            if self.processes.component_pids(name):
                 f.stop(name, grace=STOP_GRACE)
-        for pool in sorted({a.pool for a in self.env.agents}):
+        for pool in sorted({a.pool for a in self.state.agents}):
             f.withdraw_pool(pool, grace=STOP_GRACE)
         steps["stop_writers_s"] = round(time.monotonic() - t0, 3)
 
         say(f"2/4 restore backup {backup['id']} (restore point {backup['restore_point']})")
         ts = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         for member in ("pg-0", "pg-1"):
-            if self.env.component_pids(member):
+            if self.processes.component_pids(member):
                 f.stop(member, grace=STOP_GRACE)
             self._move_aside(member, f"data.replaced-{ts}")
         self._forget_cluster()
@@ -163,10 +171,10 @@ class DatabaseBackups:
         if os.geteuid() == 0:  # postgres refuses a data directory it does not own
             subprocess.run(["chown", "-R", f"{PG_USER}:{PG_USER}", str(data)], check=True)
         f.start("pg-0", timeout=90)       # Patroni adopts the restored data directory as leader
-        self.env.wait_db_writable(60)
+        self.db.wait_writable(60)
         steps["database_writable_s"] = round(time.monotonic() - t0, 3)
         f.start("pg-1", timeout=120)      # empty data directory: cloned from pg-0
-        self.env.db.wait_sync_standby(60)
+        self.db.wait_sync_standby(60)
         steps["sync_standby_s"] = round(time.monotonic() - t0, 3)
 
         say("3/4 migrate the schema to head")
@@ -174,8 +182,8 @@ class DatabaseBackups:
 
         # the restored role has the password of the backup's time: set the current one (it
         # may have been rotated since; environments/local/credentials.py)
-        self.env.db.setup_app_database()
-        dsn = app_dsn(self.env.info["ports"], self.env.state_dir)
+        self.db.setup_app_database()
+        dsn = app_dsn(self.state.info["ports"], self.state.dir)
         head = migrate(dsn)
         say("4/4 advance the fencing sequence past every token issued after the restore point")
         fencing = self._advance_fencing(dsn)
@@ -190,10 +198,10 @@ class DatabaseBackups:
         """Step 6: the reconciler first (it expires restored leases and retries), then the
         agents, then intake."""
         say = reporter or (lambda _msg: None)
-        f, t0 = self.env.faults, time.monotonic()
+        f, t0 = self.faults, time.monotonic()
         say("reopen: reconciler, agent pools, API replicas")
         f.start("reconciler")
-        for pool in sorted({a.pool for a in self.env.agents}):
+        for pool in sorted({a.pool for a in self.state.agents}):
             f.restore_pool(pool)
         for name in API_REPLICAS:
             f.start(name)
@@ -206,7 +214,7 @@ class DatabaseBackups:
         from platforms.controlplane import s3_client
         from slo import ledger
 
-        eps, t0 = self.env.endpoints, time.monotonic()
+        eps, t0 = self.state.endpoints, time.monotonic()
         s3 = s3_client(eps.get("s3_direct") or eps["s3"], eps["bucket"])
         report = reconcile(adapter=self._adapter(), s3=s3, bucket=eps["bucket"],
                            entries=ledger.read(ledger_files, torn_tail_ok=True),
@@ -221,7 +229,7 @@ class DatabaseBackups:
         reconciliation's ``replay_pending`` (ledger lines, each with its ``restore_id``)."""
         from environments.local.restore_reconcile import from_pending
 
-        if not self.env.tokens.get("admin"):
+        if not self.state.tokens.get("admin"):
             raise BackupError("environment has no admin token (env.json: tokens.admin): the "
                               "replay re-creates operations through an admin-only route")
         adapter = self._adapter()
@@ -231,8 +239,8 @@ class DatabaseBackups:
         """The platform's adapter: the restore reads the store and replays through it."""
         from platforms import get_adapter
 
-        return get_adapter(self.env.info.get("platform", "controlplane"), self.env.endpoints,
-                           self.env.tokens)
+        return get_adapter(self.state.info.get("platform", "controlplane"), self.state.endpoints,
+                           self.state.tokens)
 
     def reopen_and_replay(self, pending: list[dict[str, Any]],
                           reporter: Reporter | None = None) -> dict[str, Any]:
@@ -259,11 +267,11 @@ class DatabaseBackups:
     def _forget_cluster(self) -> None:
         """Delete the cluster's keys in etcd so Patroni bootstraps from the restored data
         instead of waiting for a leader that is gone (``patronictl remove``, without a prompt)."""
-        prefix = f"/gameday/gameday-{self.env.name}/"
+        prefix = f"/gameday/gameday-{self.state.name}/"
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         b64 = lambda s: base64.b64encode(s.encode()).decode()
         try:
-            r = httpx.post(f"{self.env.endpoints['etcd']}/v3/kv/deleterange",
+            r = httpx.post(f"{self.state.endpoints['etcd']}/v3/kv/deleterange",
                            json={"key": b64(prefix), "range_end": b64(end)}, timeout=5)
             r.raise_for_status()
         except httpx.HTTPError as exc:

@@ -176,10 +176,8 @@ def status_cmd(name: str, home: Path | None, as_json: bool, show_secrets: bool) 
 @click.option("--list", "list_only", is_flag=True, help="List the backups instead of taking one.")
 def backup_cmd(name: str, home: Path | None, list_only: bool) -> None:
     """Take a base backup of the control-plane database (pg_basebackup from the leader)."""
-    from environments.local.backup import DatabaseBackups
-
     with domain_errors():
-        backups = DatabaseBackups(_load(name, home))
+        backups = _load(name, home).backups
         if list_only:
             click.echo(json.dumps(backups.list(), indent=2))
             return
@@ -204,14 +202,12 @@ def restore_db_cmd(name: str, home: Path | None, backup: str, ledgers: tuple[Pat
     and writers, restore, migrate, advance fencing, reconcile with object storage and the
     ledgers, re-open, replay lost acknowledged submissions. Data after the restore point is
     lost unless a ledger holds it. Prints the report as JSON."""
-    from environments.local.backup import DatabaseBackups
-
     missing = [str(p) for p in ledgers if not p.is_file()]
     if missing:  # checked before anything is stopped
         raise click.BadParameter(f"no such ledger file: {', '.join(missing)}", param_hint="--ledger")
     started = time.monotonic()
     with domain_errors():
-        backups = DatabaseBackups(_load(name, home))
+        backups = _load(name, home).backups
         report = backups.restore_order(backup, ledgers, reopen=not keep_closed,
                                        reporter=lambda m: console.print(f"  {m}"))
     rec = report["reconciliation"]
@@ -232,7 +228,7 @@ def restore_db_cmd(name: str, home: Path | None, backup: str, ledgers: tuple[Pat
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (one component).")
 def logs_cmd(name: str, home: Path | None, component: str | None, lines: int, follow: bool) -> None:
     """Show the tail of one component's log, or of all of them."""
-    from environments.local.env import tail
+    from environments.local.state import tail
 
     with domain_errors():
         env = _load(name, home)
@@ -466,9 +462,7 @@ _fault_command("mem-release", "Lift TARGET's memory limit.",
 
 
 def _lose_db(f: Any) -> dict[str, Any]:
-    from environments.local.backup import DatabaseBackups
-
-    return DatabaseBackups(f.env).lose()
+    return f.backups.lose()
 
 
 _fault_command("lose-db", "Lose both database members and their data (moved aside): only "

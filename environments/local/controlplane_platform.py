@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from environments.local.components import ComponentSpec
+from environments.local.spec import ComponentSpec
 
 CONTROLPLANE = True
 

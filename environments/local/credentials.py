@@ -34,19 +34,22 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from environments.local.components import (
+from environments.local.components import TOKEN_CACHE_SECONDS
+from environments.local.errors import EnvError
+from environments.local.fault_ledger import FaultLedger
+from environments.local.pg_files import (
     APP_USER,
-    TOKEN_CACHE_SECONDS,
     agent_token_file,
-    gameday_argv,
     secrets_dir,
     write_pgpass,
     write_private,
 )
-from environments.local.errors import EnvError
+from environments.local.spec import gameday_argv
 
 if TYPE_CHECKING:
-    from environments.local.env import LocalEnvironment
+    from environments.local.database import LocalDatabase
+    from environments.local.processes import Processes
+    from environments.local.state import EnvState
 
 ROTATED_TTL = "30d"
 
@@ -58,15 +61,19 @@ def token_id(token: str) -> str:
 
 
 class LocalCredentials:
-    def __init__(self, env: LocalEnvironment) -> None:
-        self.env = env
+    """The credentials themselves: env.json's secrets and tokens (``state``), the secret files,
+    the control plane's token commands (run as setup steps by ``processes``) and the role's
+    password (through ``db``)."""
+
+    def __init__(self, state: EnvState, processes: Processes, db: LocalDatabase) -> None:
+        self.state, self.processes, self.db = state, processes, db
 
     @property
     def retired_file(self) -> Path:
-        return secrets_dir(self.env.state_dir) / "retired.json"
+        return secrets_dir(self.state.dir) / "retired.json"
 
     def project_token_file(self, project: str) -> Path:
-        return secrets_dir(self.env.state_dir) / f"project-{project}-token"
+        return secrets_dir(self.state.dir) / f"project-{project}-token"
 
     def retired(self) -> dict[str, Any]:
         try:
@@ -78,20 +85,20 @@ class LocalCredentials:
         from controlplane.db import DSN_ENV
 
         # the DSN through the environment (never argv); stdout (ids, never tokens) -> log
-        self.env.run_step("token", gameday_argv("controlplane", "token", *args),
-                           env_extra={DSN_ENV: self.env.endpoints["dsn"]})
+        self.processes.run_step("token", gameday_argv("controlplane", "token", *args),
+                           env_extra={DSN_ENV: self.state.endpoints["dsn"]})
 
     def _save_info(self) -> None:
-        self.env.info["tokens"] = {"projects": self.env.info["secrets"]["project_tokens"],
-                                   "agent": self.env.info["secrets"]["agent_token"],
-                                   "admin": self.env.info["secrets"]["admin_token"]}
-        self.env.save_info()
+        self.state.info["tokens"] = {"projects": self.state.info["secrets"]["project_tokens"],
+                                   "agent": self.state.info["secrets"]["agent_token"],
+                                   "admin": self.state.info["secrets"]["admin_token"]}
+        self.state.save()
 
     # -- rotate -----------------------------------------------------------------------------
     def rotate(self, project: str | None = None, ttl: str = ROTATED_TTL) -> dict[str, Any]:
         """Issue a new agent token and a new token for ``project`` (default: the last project
         by name), set a new database password; return the ids (never a secret)."""
-        info = self.env.info
+        info = self.state.info
         secrets = info["secrets"]
         projects = sorted(secrets["project_tokens"])
         project = project or projects[-1]
@@ -105,7 +112,7 @@ class LocalCredentials:
         t0 = time.monotonic()
 
         # 1. agent token: issued straight into the file the agents read (atomic rename)
-        path = agent_token_file(self.env.state_dir)
+        path = agent_token_file(self.state.dir)
         self._controlplane("issue", "--role", "agent", "--ttl", ttl, "--out", str(path))
         secrets["agent_token"] = path.read_text().strip()
         steps["agent_token"] = {"old": token_id(old["agent_token"]),
@@ -123,7 +130,7 @@ class LocalCredentials:
         # 3. the database password: role first, then the file every new connection reads
         password = random.token_urlsafe(18)
         self._alter_password(password)
-        write_pgpass(self.env.state_dir, password)
+        write_pgpass(self.state.dir, password)
         secrets["pg_app"] = password
         self._save_info()
         steps["db_password"] = {"role": APP_USER,
@@ -134,7 +141,7 @@ class LocalCredentials:
     def _superuser(self) -> Any:
         import psycopg
 
-        return psycopg.connect(self.env.db.superuser_dsn(), autocommit=True)
+        return psycopg.connect(self.db.superuser_dsn(), autocommit=True)
 
     def _alter_password(self, password: str) -> None:
         from psycopg import sql
@@ -157,7 +164,7 @@ class LocalCredentials:
         old = self.retired()
         if not old:
             return {"revoked": [], "note": "nothing was rotated"}
-        current = self.env.info["secrets"]
+        current = self.state.info["secrets"]
         # a rotation that failed half-way retired nothing yet: never revoke what is in use
         in_use = {current["agent_token"], *current["project_tokens"].values()}
         ids = [token_id(t) for t in (old["agent_token"], old["project_token"])
@@ -196,7 +203,7 @@ class LocalCredentials:
 
         if not old:
             return {"refused": True, "note": "nothing was rotated"}
-        secrets = self.env.info["secrets"]
+        secrets = self.state.info["secrets"]
         project = old["project"]
         checks = {"agent": (old["agent_token"], secrets["agent_token"], "/v1/agents/none/heartbeat"),
                   "project": (old["project_token"], secrets["project_tokens"][project],
@@ -204,7 +211,7 @@ class LocalCredentials:
         result: dict[str, Any] = {}
         deadline = time.monotonic() + within
         for name, (retired, current, route) in checks.items():
-            for replica, url in self.env.endpoints["api_replicas"].items():
+            for replica, url in self.state.endpoints["api_replicas"].items():
                 while True:
                     got = _status(url, route, retired)
                     note(f"{name}_token", token_id(retired), replica, got[0], got[1])
@@ -226,7 +233,7 @@ class LocalCredentials:
     def _old_password_refused(self, password: str) -> str:
         import psycopg
 
-        ports = self.env.info["ports"]
+        ports = self.state.info["ports"]
         try:
             with psycopg.connect(host="127.0.0.1", port=ports["haproxy_pg"], user=APP_USER,
                                  password=password, dbname="controlplane", connect_timeout=3):
@@ -236,6 +243,44 @@ class LocalCredentials:
             if "password authentication failed" in text:
                 return "refused: password authentication failed"
             return f"unknown: {text[:200]}"
+
+
+class CredentialRotation:
+    """The fault: credentials replaced while work runs, on the timeline from the rotation until
+    the old ones are revoked (``credential_rotation`` on ``controlplane``)."""
+
+    KINDS = ("credential_rotation",)
+
+    def __init__(self, credentials: LocalCredentials, ledger: FaultLedger) -> None:
+        self.credentials, self.ledger = credentials, ledger
+
+    def rotate_credentials(self, project: str | None = None) -> dict[str, Any]:
+        """Agent token, a project's token and the database password replaced while work
+        runs; on the timeline from now until the old ones are revoked."""
+        if self.ledger.is_active("credential_rotation", "controlplane"):
+            return {"target": "controlplane", "note": "a rotation is already in progress"}
+        self.ledger.begin("credential_rotation", "controlplane", {"project": project})
+        steps = self.credentials.rotate(project)
+        self.ledger.timeline.record("note", "credentials_rotated", "controlplane", steps)
+        return {"target": "controlplane", **steps}
+
+    def revoke_retired_credentials(self) -> dict[str, Any]:
+        """Revoke the tokens a rotation retired; ends the rotation on the timeline."""
+        out = self.credentials.revoke_retired()
+        line = self.ledger.end("credential_rotation", "controlplane", out)
+        return {"target": "controlplane", **out, "time": line["time"] if line else None}
+
+    def retired_credentials_refused(self, within: float) -> dict[str, Any]:
+        return self.credentials.refused(within, record=lambda details: self.ledger.timeline.record(
+            "note", "retired_credential_request", "controlplane", details))
+
+    # -- asked by the fault driver (environments/local/faults.py) ------------------------------------
+    def close(self, fault: dict[str, Any]) -> None:
+        pass  # nothing to put back: the new credentials stay in place
+
+    def restore(self, fault: dict[str, Any]) -> None:
+        # forward only: the new credentials are in place, finish by revoking the old
+        self.revoke_retired_credentials()
 
 
 def _status(base: str, route: str, token: str) -> tuple[int, str]:

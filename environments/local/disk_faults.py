@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 
 from environments.local import disk_spec
-from environments.local.components import ComponentSpec
 from environments.local.errors import EnvError, NotRunning, UnknownTarget
 from environments.local.fault_ledger import FaultLedger
 from environments.local.faultfs.client import FaultFsClient
 from environments.local.faultfs.errors import ControlUnreachable, FaultFsError
+from environments.local.spec import ComponentSpec
 
 FAULT = "disk"
 NO_LAYER = ("this environment has no storage fault layer: start it with "

@@ -39,7 +39,7 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 
-from environments.local.s3_brownout import BrownoutMiddleware
+from environments.local.s3_brownout_server import BrownoutMiddleware
 
 _UNSET = object()
 _MAX_HOSTS = 1024  # hosts come from requests: the memo stays bounded whatever they send

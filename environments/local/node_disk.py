@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from environments.local.components import ComponentSpec, Group, HealthCheck
+from environments.local.spec import ComponentSpec, Group, HealthCheck
 
 KIND = "node-disk"
 NODE = "cpu-2"

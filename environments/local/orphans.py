@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from environments.local import procs
-from environments.local.components import OWNER_FILE, SYSTEM_DB_ROOT
 from environments.local.errors import EnvError
+from environments.local.pg_files import OWNER_FILE, SYSTEM_DB_ROOT
 
 
 def _owner(db_root: Path) -> Path | None:

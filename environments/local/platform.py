@@ -8,13 +8,12 @@ plane's own processes (API replicas, reconciler, agents) run too.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from environments.local.components import ComponentSpec
 from environments.local.errors import EnvError
+from environments.local.spec import ComponentSpec
 from platforms import PlatformError, registry
 
 
@@ -28,7 +27,19 @@ class LocalPlatform(Protocol):
     def build_components(self, state: Path, ports: dict[str, int],
                          info: dict[str, Any]) -> dict[str, ComponentSpec]: ...
     def endpoints(self, ports: dict[str, int]) -> dict[str, Any]: ...
-    def up(self, env: Any, say: Any, timeout: float) -> None: ...  # after the shared ones
+    def up(self, env: LocalEnv, say: Any, timeout: float) -> None: ...  # after the shared ones
+
+
+class LocalEnv(Protocol):
+    """What a platform's ``up`` is given of the environment (environments/local/env.py)."""
+
+    @property
+    def info(self) -> dict[str, Any]: ...  # env.json (``platform_info``, ``ports`` ...)
+    @property
+    def endpoints(self) -> dict[str, Any]: ...  # what it adds is recorded in env.json
+    def spawn(self, component: str) -> int: ...
+    def wait_healthy(self, components: list[str], timeout: float,
+                     reporter: Any = None) -> None: ...
 
 
 HOOKS = ("missing", "port_names", "prepare", "build_components", "endpoints", "up")
@@ -41,7 +52,9 @@ def local_platform(name: str) -> ModuleType:
     except PlatformError as exc:
         raise EnvError(str(exc)) from None
     if not isinstance(module, ModuleType):
-        module = importlib.import_module(str(module))
+        raise EnvError(f"platform {name!r}: its local part is a {type(module).__name__}, not a "
+                       "module; it does not implement the local platform hooks "
+                       "(environments/local/platform.py)")
     lacking = [h for h in HOOKS if not callable(getattr(module, h, None))]
     if lacking or not isinstance(getattr(module, "CONTROLPLANE", None), bool):
         raise EnvError(f"platform {name!r}: {module.__name__} does not implement the local "

@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from environments.local.components import ComponentSpec
 from environments.local.errors import EnvError, NotRunning, UnknownTarget
 from environments.local.fault_ledger import FaultLedger
 from environments.local.faultfs.client import FaultFsClient
 from environments.local.faultfs.errors import ControlUnreachable, FaultFsError
 from environments.local.node_disk import KIND, NODE
+from environments.local.spec import ComponentSpec
 
 FAULT = "power_loss"
 NO_LAYER = ("no agent of this environment has a node disk: start it with "

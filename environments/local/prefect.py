@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from environments.local.components import ComponentSpec, Group, HealthCheck
 from environments.local.errors import ComponentUnhealthy, EnvError
+from environments.local.spec import ComponentSpec, Group, HealthCheck
 from environments.local.topology import BUCKET
 
 if TYPE_CHECKING:
-    from environments.local.env import LocalEnvironment
+    from environments.local.platform import LocalEnv
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("GAMEDAY_PREFECT_VENV") or REPO / ".venv-prefect")
@@ -310,7 +310,7 @@ def deploy_pipeline(api: str, pool: str = PIPELINE_POOL) -> str:
     return str(r.json()["id"])
 
 
-def up(env: LocalEnvironment, say: Any, timeout: float) -> None:
+def up(env: LocalEnv, say: Any, timeout: float) -> None:
     """Database, server, workers, deployments; endpoints recorded in env.json."""
     info = env.info.setdefault("platform_info", {})
     password = info.setdefault("db_password", pysecrets.token_urlsafe(18))

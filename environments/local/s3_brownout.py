@@ -23,6 +23,10 @@ which does not send one; MinIO sends ``Retry-After: 120`` with SlowDown).
 
 moto's own API (``/moto-api/``, the environment's health check) is never affected: a brownout
 is of S3, not of the process.
+
+This module is the model (the state, its validation, the pure decisions, the status and
+metrics documents); the middleware is environments/local/s3_brownout_server.py, the client
+environments/local/s3_brownout_client.py.
 """
 
 from __future__ import annotations
@@ -30,9 +34,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape
@@ -269,200 +271,3 @@ def render_metrics(state: Brownout, counters: Counters) -> str:
         f"{p}_active {int(state.active)}",
     ]
     return "\n".join(lines) + "\n"
-
-
-# --- the middleware ----------------------------------------------------------------------------
-
-
-class BrownoutMiddleware:
-    """WSGI middleware around moto's application. Healthy, a request costs two string
-    comparisons and a counter on its way to moto.
-
-    Written for gevent's server (one thread, greenlets): waits use ``sleep`` (gevent.sleep by
-    default) so a delayed request never holds up the others, and state and counters are
-    changed without locks because a greenlet is only switched at a wait."""
-
-    def __init__(self, app: WSGIApp, *, rng: random.Random | None = None,
-                 sleep: Callable[[float], Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if sleep is None:
-            import gevent  # here, not at import: the client side of this module needs none
-
-            sleep = gevent.sleep
-        self.app = app
-        self.rng = rng or random.Random()
-        self.sleep = sleep
-        self.clock = clock
-        self.state = HEALTHY
-        self.counters = Counters()
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
-                 ) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path.startswith("/_") and is_control(path, environ.get("HTTP_HOST", "")):
-            return self._control(path, environ, start_response)
-        if path.startswith("/moto-api"):
-            return self.app(environ, start_response)
-        self.counters.requests += 1
-        state = self.state
-        if not state.active or not state.applies_to(environ["REQUEST_METHOD"]):
-            return self.app(environ, start_response)
-        return self._brownout(state, environ, start_response)
-
-    def _brownout(self, state: Brownout, environ: dict[str, Any],
-                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        method = environ["REQUEST_METHOD"]
-        if state.latency_ms > 0 or state.jitter_ms > 0:
-            self.counters.delayed += 1
-            self.sleep(delay_seconds(state, self.rng.random()))
-        code = injected_error(state, method, self.rng.random()) if state.error_rate else None
-        if code is None:
-            body = self.app(environ, start_response)
-        else:
-            self.counters.injected[code] += 1
-            _discard_input(environ)  # as moto would have read it: the connection stays usable
-            status, headers, payload = error_response(
-                code, method, f"{self.rng.getrandbits(64):016X}",
-                f"{self.rng.getrandbits(192):048x}", state.retry_after_s)
-            start_response(status, headers)
-            body = [payload]
-        if state.bandwidth_kbps > 0:
-            self.counters.bandwidth_limited += 1
-            return self._paced(body, bytes_per_second(state.bandwidth_kbps))
-        return body
-
-    def _paced(self, body: Iterable[bytes], rate: float) -> Iterator[bytes]:
-        size = chunk_size(rate)
-        started = self.clock()
-        sent = 0
-        try:
-            for block in body:
-                for start in range(0, len(block), size):
-                    piece = block[start:start + size]
-                    sent += len(piece)
-                    wait = pace_delay(sent, self.clock() - started, rate)
-                    if wait > 0:
-                        self.sleep(wait)
-                    yield piece
-        finally:
-            close = getattr(body, "close", None)
-            if close is not None:  # WSGI: the server's close() must reach moto's iterable
-                close()
-
-    def _control(self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]
-                 ) -> Iterable[bytes]:
-        method = environ["REQUEST_METHOD"]
-        if path == METRICS_PATH:
-            if method != "GET":
-                return _json(start_response, "405 Method Not Allowed",
-                             {"error": f"{method} not allowed"}, [("Allow", "GET")])
-            text = render_metrics(self.state, self.counters).encode()
-            start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
-                                      ("Content-Length", str(len(text)))])
-            return [text]
-        if method == "PUT":
-            try:
-                self.state = parse_body(_read_input(environ, MAX_CONTROL_BODY + 1))
-            except BrownoutInvalid as exc:
-                return _json(start_response, "422 Unprocessable Entity",
-                             {"error": "invalid brownout", "field": exc.field,
-                              "reason": exc.reason, "message": str(exc)})
-        elif method == "DELETE":
-            self.state = HEALTHY
-        elif method != "GET":
-            return _json(start_response, "405 Method Not Allowed",
-                         {"error": f"{method} not allowed"}, [("Allow", "GET, PUT, DELETE")])
-        return _json(start_response, "200 OK", status_document(self.state, self.counters))
-
-
-def _json(start_response: Callable[..., Any], status: str, doc: Mapping[str, Any],
-          extra: list[tuple[str, str]] | None = None) -> list[bytes]:
-    body = json.dumps(doc).encode()
-    start_response(status, [("Content-Type", "application/json"),
-                            ("Content-Length", str(len(body))), *(extra or [])])
-    return [body]
-
-
-def _read_input(environ: dict[str, Any], limit: int) -> bytes:
-    stream = environ.get("wsgi.input")
-    return stream.read(limit) if stream is not None else b""
-
-
-def _discard_input(environ: dict[str, Any]) -> None:
-    stream = environ.get("wsgi.input")
-    if stream is not None:
-        while stream.read(65536):
-            pass
-
-
-# --- the client ------------------------------------------------------------------------------
-
-
-class BrownoutUnreachable(ConnectionError):
-    """The S3 server's control path could not be reached."""
-
-
-class BrownoutRejected(ValueError):
-    """The server refused a brownout (422); ``field`` and ``reason`` say why."""
-
-    def __init__(self, url: str, field: str, reason: str) -> None:
-        super().__init__(f"{url}: {field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class BrownoutStatus:
-    state: Brownout
-    active: bool
-    counters: Counters
-
-
-def parse_status(doc: Mapping[str, Any]) -> BrownoutStatus:
-    c = doc["counters"]
-    counters = Counters(int(c["requests"]), {k: int(v) for k, v in c["injected"].items()},
-                        int(c["delayed"]), int(c["bandwidth_limited"]))
-    return BrownoutStatus(parse_brownout(doc["state"]), bool(doc["active"]), counters)
-
-
-class BrownoutClient:
-    """Sets and reads the brownout of a local S3 server; ``base_url`` is its S3 endpoint
-    (``http://127.0.0.1:PORT``)."""
-
-    def __init__(self, base_url: str, timeout: float = 2.0) -> None:
-        self.url = base_url.rstrip("/") + CONTROL_PATH
-        self.timeout = timeout
-
-    def set(self, **fields: Any) -> BrownoutStatus:
-        """Replace the brownout with these fields (the others at their defaults)."""
-        if isinstance(fields.get("methods"), set | frozenset | tuple):
-            fields["methods"] = sorted(fields["methods"])
-        return parse_status(self._call("PUT", self.url, fields).json())
-
-    def clear(self) -> BrownoutStatus:
-        return parse_status(self._call("DELETE", self.url).json())
-
-    def state(self) -> BrownoutStatus:
-        return parse_status(self._call("GET", self.url).json())
-
-    def metrics(self) -> str:
-        return self._call("GET", self.url + "/metrics").text
-
-    def _call(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-        import httpx  # here: the server imports this module and never needs httpx
-
-        try:
-            # verify only for https: building the TLS context costs ~85 ms a call, for nothing
-            # on the usual http://127.0.0.1 endpoint
-            answer = httpx.request(method, url, json=body, verify=url.startswith("https:"),
-                                   timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout)))
-        except httpx.TransportError as exc:
-            raise BrownoutUnreachable(f"S3 brownout control at {url} unreachable: "
-                                      f"{type(exc).__name__}: {exc}") from exc
-        if answer.status_code == 422:
-            doc = answer.json()
-            raise BrownoutRejected(url, doc["field"], doc["reason"])
-        if answer.status_code != 200:
-            raise RuntimeError(f"S3 brownout control at {url} answered {answer.status_code} "
-                               f"(a server without the brownout layer?): {answer.text[:200]}")
-        return answer

@@ -22,11 +22,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from environments.local import procs
-from environments.local.components import ComponentSpec, Group, HealthCheck, chown_for_postgres
 from environments.local.errors import EnvError
 from environments.local.faultfs.errors import FaultFsError
 from environments.local.faultfs.mount import (
@@ -36,9 +34,10 @@ from environments.local.faultfs.mount import (
     fuse_mounts,
     is_mounted,
 )
+from environments.local.pg_files import chown_for_postgres
+from environments.local.spec import ComponentSpec, Group, HealthCheck
 
-if TYPE_CHECKING:
-    from environments.local.env import LocalEnvironment
+Components = Mapping[str, ComponentSpec]
 
 KIND = "faultfs"
 HINT = "gameday env up --storage-faults"
@@ -107,18 +106,18 @@ def disk_component(home: Path, index: int, port: int) -> ComponentSpec:
     )
 
 
-def disks(env: LocalEnvironment) -> list[str]:
-    return [n for n, s in env.components.items() if s.kind == KIND]
+def disks(components: Components) -> list[str]:
+    return [n for n, s in components.items() if s.kind == KIND]
 
 
-def db_timeout(env: LocalEnvironment, timeout: float) -> float:
+def db_timeout(components: Components, timeout: float) -> float:
     """How long `up` waits for the database members: longer on the storage layer."""
-    return timeout * DB_TIMEOUT_FACTOR if disks(env) else timeout
+    return timeout * DB_TIMEOUT_FACTOR if disks(components) else timeout
 
 
-def check_mounted(env: LocalEnvironment, member: str) -> None:
+def check_mounted(components: Components, member: str) -> None:
     """A member whose data directory is on a disk starts only on the mounted disk."""
-    disk = env.components.get(disk_name(member))
+    disk = components.get(disk_name(member))
     if disk is None or disk.kind != KIND:
         return
     if not is_mounted(disk.labels["mount"]):
@@ -126,24 +125,19 @@ def check_mounted(env: LocalEnvironment, member: str) -> None:
                        f" start {disk.name} first (gameday fault start {disk.name})")
 
 
-def _stop(env: LocalEnvironment, names: list[str], grace: float) -> None:
-    pids = [p for n in names for p in env.component_pids(n)]
-    pgids = [record["pgid"] for n in names
-             if (record := env.pid_record(n)) and env.main_pid(n)]
-    procs.stop_groups(pgids, pids, grace)
-
-
-def stop_members_then_disks(env: LocalEnvironment) -> list[str]:
+def stop_members_then_disks(components: Components,
+                            stop: Callable[[list[str], float], None]) -> list[str]:
     """Patroni members (and their postgres) first, then the disks: a disk that went first would
-    leave postgres with ENOTCONN in its shutdown checkpoint. Returns mounts detached by force."""
-    names = disks(env)
+    leave postgres with ENOTCONN in its shutdown checkpoint; ``stop(names, grace)`` stops
+    components (environments/local/processes.py). Returns mounts detached by force."""
+    names = disks(components)
     if not names:
         return []
-    _stop(env, [m for m in MEMBERS if m in env.components], MEMBER_STOP_SECONDS)
-    _stop(env, names, DISK_STOP_SECONDS)
+    stop([m for m in MEMBERS if m in components], MEMBER_STOP_SECONDS)
+    stop(names, DISK_STOP_SECONDS)
     detached = []
     for name in names:
-        mount = env.components[name].labels["mount"]
+        mount = components[name].labels["mount"]
         deadline = time.monotonic() + 2.0  # fusermount3's auto_unmount helper is asynchronous
         while is_mounted(mount) and time.monotonic() < deadline:
             time.sleep(0.05)

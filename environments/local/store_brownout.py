@@ -16,13 +16,11 @@ from typing import Any
 
 from environments.local.errors import EnvError, NotRunning
 from environments.local.fault_ledger import FaultLedger
-from environments.local.s3_brownout import (
+from environments.local.s3_brownout import BrownoutInvalid, Counters, parse_brownout
+from environments.local.s3_brownout_client import (
     BrownoutClient,
-    BrownoutInvalid,
     BrownoutRejected,
     BrownoutUnreachable,
-    Counters,
-    parse_brownout,
 )
 
 FAULT = "s3_brownout"

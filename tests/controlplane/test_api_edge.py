@@ -20,7 +20,7 @@ import pytest
 from controlplane.api.edge import MAX_QUOTED_CHARS
 from controlplane.models import MAX_BODY_BYTES
 from controlplane.registry import ImageRef, InvalidImageReference
-from environments.local.components import _haproxy_cfg
+from environments.local.configs import haproxy_cfg
 from environments.local.launch import ControlPlane
 from environments.local.pgserver import PostgresServer
 
@@ -218,7 +218,7 @@ def haproxy(cp: ControlPlane, tmp_path: Path) -> Iterator[str]:
 
     (tmp_path / "run").mkdir()
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(_haproxy_cfg(tmp_path, Ports()))
+    cfg.write_text(haproxy_cfg(tmp_path, Ports()))
     proc = subprocess.Popen(["/usr/sbin/haproxy", "-db", "-f", str(cfg)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{ports['haproxy_api']}"

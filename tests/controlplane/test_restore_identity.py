@@ -224,14 +224,14 @@ def test_backup_replay_uses_the_admin_token_and_the_restore_id(cp_stack: Control
 
     op_id, key = lost_ack(user, cp_stack, spec("a"))
     pending = [pending_line(_entry(op_id, key, cp_stack.project, spec("a")), "bk-7")]
-    env = SimpleNamespace(state_dir=tmp_path, endpoints={"api": cp_stack.api_url},
+    env = SimpleNamespace(dir=tmp_path, endpoints={"api": cp_stack.api_url},
                           tokens={"admin": cp_stack.admin_token,
                                   "projects": {cp_stack.project: cp_stack.user_token}},
                           info={"platform": "controlplane"})
-    (out,) = DatabaseBackups(env).replay(pending)  # type: ignore[arg-type]
+    (out,) = DatabaseBackups(env, None, None, None).replay(pending)  # type: ignore[arg-type]
     assert (out["old_id"], out["new_id"], out["identity"]) == (op_id, op_id, "same_id")
     (ev,) = [e for e in user.events(op_id) if e["kind"] == "restored_from_ledger"]
     assert ev["data"]["restore_id"] == "bk-7"
     env.tokens = {"projects": {cp_stack.project: cp_stack.user_token}}
     with pytest.raises(BackupError, match="no admin token"):
-        DatabaseBackups(env).replay(pending)  # type: ignore[arg-type]
+        DatabaseBackups(env, None, None, None).replay(pending)  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from environments.local import bringup, procs
 from environments.local import env as env_module
-from environments.local import procs
 from gameday.bench_idle import (
     OTHER,
     core_percent,
@@ -148,11 +148,11 @@ def test_a_control_plane_that_fails_to_import_stops_env_up_instead_of_being_left
     process) raised ImportError, and `env up` started without API, reconciler or agents."""
     def broken(name: str) -> object:
         raise ImportError("cannot import name 'connect_once' from 'controlplane.db'")
-    monkeypatch.setattr(env_module.importlib, "import_module", broken)
-    with pytest.raises(env_module.EnvError, match="control plane cannot be imported.*connect_once"):
-        env_module.controlplane_commands()
+    monkeypatch.setattr(bringup.importlib, "import_module", broken)
+    with pytest.raises(bringup.EnvError, match="control plane cannot be imported.*connect_once"):
+        bringup.controlplane_commands()
 
     def absent(name: str) -> object:  # a checkout without the control plane: none, as before
         raise ModuleNotFoundError(f"No module named {name!r}", name="controlplane")
-    monkeypatch.setattr(env_module.importlib, "import_module", absent)
-    assert env_module.controlplane_commands() == set()
+    monkeypatch.setattr(bringup.importlib, "import_module", absent)
+    assert bringup.controlplane_commands() == set()

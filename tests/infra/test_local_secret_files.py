@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from environments.local.components import (
+from environments.local.pg_files import (
     agent_token_file,
     app_dsn,
     pgpass_file,
@@ -40,10 +40,11 @@ def test_rewriting_a_secret_file_replaces_it_atomically(tmp_path: Path) -> None:
 
 
 class _FakeEnv:
-    """What LocalCredentials.revoke_retired uses of a LocalEnvironment; records the steps."""
+    """What LocalCredentials.revoke_retired uses of the environment's record (``state``) and
+    processes (``run_step``); records the steps."""
 
     def __init__(self, state: Path, agent: str, project: str) -> None:
-        self.state_dir = state
+        self.dir = state
         self.endpoints = {"dsn": "postgresql://controlplane@127.0.0.1:1/controlplane"}
         self.info = {"secrets": {"agent_token": agent, "project_tokens": {"team-b": project}}}
         self.steps: list[list[str]] = []
@@ -58,7 +59,7 @@ def test_revoking_retires_only_tokens_no_longer_in_use(tmp_path: Path) -> None:
     from environments.local.credentials import LocalCredentials, token_id
 
     env = _FakeEnv(tmp_path, "agent-new-0123456789", "user-new-0123456789")
-    creds = LocalCredentials(env)  # type: ignore[arg-type]
+    creds = LocalCredentials(env, env, None)  # type: ignore[arg-type]
     assert creds.revoke_retired() == {"revoked": [], "note": "nothing was rotated"}
     creds.retired_file.parent.mkdir()
     creds.retired_file.write_text(json.dumps({"agent_token": "agent-old-0123456789",
@@ -100,7 +101,7 @@ def test_the_refusal_proof_needs_every_replica_to_refuse_every_retired_token(
         env = _FakeEnv(tmp_path, "agent-new-0123456789", "user-new-0123456789")
         url = f"http://127.0.0.1:{server.server_address[1]}"
         env.endpoints["api_replicas"] = {"api-1": url, "api-2": url}
-        creds = LocalCredentials(env)  # type: ignore[arg-type]
+        creds = LocalCredentials(env, env, None)  # type: ignore[arg-type]
         assert creds.refused(within=0.1) == {"refused": True, "note": "nothing was rotated"}
         creds.retired_file.parent.mkdir()
         creds.retired_file.write_text(json.dumps({

@@ -12,9 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from controlplane import clock
+from environments.local.clock_faults import Clocks
 from environments.local.components import CLOCK_ENV, clock_offset_file
 from environments.local.errors import EnvError, UnknownTarget
+from environments.local.fault_ledger import FaultLedger
 from environments.local.faults import FaultInjector
+from environments.local.process_faults import ProcessFaults
 
 
 def _spec(kind: str, env: dict[str, str]) -> SimpleNamespace:
@@ -23,7 +26,7 @@ def _spec(kind: str, env: dict[str, str]) -> SimpleNamespace:
 
 @pytest.fixture
 def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultInjector]:
-    monkeypatch.setattr("environments.local.faults.CLOCK_RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr("environments.local.clock_faults.CLOCK_RECHECK_SECONDS", 0.0)
     monkeypatch.setattr(clock, "RECHECK_SECONDS", 0.0)
     components = {
         "cpu-1": _spec("agent", {CLOCK_ENV: str(clock_offset_file(tmp_path, "cpu-1"))}),
@@ -32,9 +35,11 @@ def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultInj
         "api-1": _spec("api", {}),
         "old-agent": _spec("agent", {}),  # an environment brought up before the clock existed
     }
-    env = SimpleNamespace(timeline_file=tmp_path / "faults.jsonl", state_dir=tmp_path,
-                          components=components)
-    yield FaultInjector(env)  # type: ignore[arg-type]
+    state = SimpleNamespace(components=components)
+    ledger = FaultLedger(tmp_path / "faults.jsonl", tmp_path / "faults_active.json")
+    processes = ProcessFaults(state, None, None, ledger)  # type: ignore[arg-type]
+    yield FaultInjector(ledger, {"processes": processes,
+                                 "clocks": Clocks(state, ledger, processes.resolve)})  # type: ignore[arg-type]
     clock.configure(None)
 
 

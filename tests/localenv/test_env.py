@@ -248,16 +248,16 @@ def test_prometheus_finds_a_running_game_days_fault_metrics(env: LocalEnvironmen
 
 
 def test_failed_up_names_the_component_and_leaves_nothing(env_home: Path, monkeypatch) -> None:
-    import environments.local.env as env_module
+    from environments.local import bringup  # where `up` builds the component specs
 
-    real = env_module.build_components
+    real = bringup.build_components
 
     def broken(*args, **kwargs):
         specs = real(*args, **kwargs)
         specs["registry"].argv = ["/bin/sh", "-c", "echo registry config is broken >&2; exit 3"]
         return specs
 
-    monkeypatch.setattr(env_module, "build_components", broken)
+    monkeypatch.setattr(bringup, "build_components", broken)
     env = LocalEnvironment("broken", env_home)
     with pytest.raises(ComponentUnhealthy) as caught:
         env.up(infra_only=True, timeout=20)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from environments.local import orphans, procs
-from environments.local.components import OWNER_FILE, prepare_db_root
 from environments.local.env import LocalEnvironment
 from environments.local.errors import EnvError
+from environments.local.pg_files import OWNER_FILE, prepare_db_root
 
 
 def _db_root(root: Path, name: str, owner: Path | None) -> Path:

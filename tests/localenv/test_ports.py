@@ -115,7 +115,7 @@ def test_a_metrics_server_on_the_apis_port_is_not_taken_for_the_api(
     env = LocalEnvironment("local", tmp_path)
     env.components = build_components(tmp_path, "local", allocated, Secrets(), DEFAULT_AGENTS,
                                       True, db_root=tmp_path / "db")
-    monkeypatch.setattr(env, "main_pid", lambda component: 1)
+    monkeypatch.setattr(env.processes, "main_pid", lambda component: 1)
     ports_of = {"api-1": "api1", "reconciler": "reconciler_metrics",
                 "cpu-1": "agent_metrics_cpu-1"}
     servers = [start_http_server(allocated[port], addr="127.0.0.1", registry=CollectorRegistry())

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from environments.local.components import ComponentSpec, Group, HealthCheck
 from environments.local.errors import EnvError, NotRunning, UnknownTarget
 from environments.local.fault_ledger import FaultLedger
 from environments.local.faultfs.errors import FaultFsError
 from environments.local.power_loss import NO_LAYER, PowerLoss
+from environments.local.spec import ComponentSpec, Group, HealthCheck
 
 REPORT = {"dropped_bytes": 7, "removed_files": [],
           "dropped_files": [{"path": "/op/slot-1/weights.npy", "bytes": 7, "truncated": True}]}

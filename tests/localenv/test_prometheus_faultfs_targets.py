@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environments.local.components import _prometheus_cfg
+from environments.local.configs import prometheus_cfg
 
 BASE = {"prometheus": 1, "etcd_client": 2, "pg0_rest": 3, "pg1_rest": 4, "haproxy_stats": 5,
         "registry_debug": 6, "proxy_control": 7}
 
 
 def _jobs(ports: dict[str, int]) -> dict[str, dict]:
-    cfg = _prometheus_cfg(Path("/tmp/x"), "local", ports, (), False, None)
+    cfg = prometheus_cfg(Path("/tmp/x"), "local", ports, (), False, None)
     return {j["job_name"]: j for j in cfg["scrape_configs"]}
 
 

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controlplane import storage
 from environments.local import motoserver
 from environments.local import s3_brownout as sb
+from environments.local import s3_brownout_client as sbc
 from environments.local.launch import spawn, wait_http
 from environments.local.pgserver import free_port
 
@@ -127,8 +128,8 @@ def s3(endpoint: str) -> Any:
 
 
 @pytest.fixture
-def brownout(endpoint: str) -> Iterator[sb.BrownoutClient]:
-    client = sb.BrownoutClient(endpoint)
+def brownout(endpoint: str) -> Iterator[sbc.BrownoutClient]:
+    client = sbc.BrownoutClient(endpoint)
     client.clear()
     yield client
     client.clear()
@@ -139,7 +140,7 @@ def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
     return response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]
 
 
-def test_error_rate_one_fails_every_put_with_slowdown(s3: Any, brownout: sb.BrownoutClient
+def test_error_rate_one_fails_every_put_with_slowdown(s3: Any, brownout: sbc.BrownoutClient
                                                       ) -> None:
     before = brownout.state().counters
     brownout.set(error_rate=1.0)
@@ -155,7 +156,7 @@ def test_error_rate_one_fails_every_put_with_slowdown(s3: Any, brownout: sb.Brow
 
 @pytest.mark.parametrize(("code", "status"), [("InternalError", 500),
                                               ("ServiceUnavailable", 503)])
-def test_other_error_codes(s3: Any, brownout: sb.BrownoutClient, code: str, status: int) -> None:
+def test_other_error_codes(s3: Any, brownout: sbc.BrownoutClient, code: str, status: int) -> None:
     brownout.set(error_rate=1.0, error_code=code)
     with pytest.raises(ClientError) as info:
         s3.get_object(Bucket=BUCKET, Key="small")
@@ -165,7 +166,7 @@ def test_other_error_codes(s3: Any, brownout: sb.BrownoutClient, code: str, stat
     assert _code(info) == (str(status), status)
 
 
-def test_wire_format_and_retry_after(endpoint: str, brownout: sb.BrownoutClient) -> None:
+def test_wire_format_and_retry_after(endpoint: str, brownout: sbc.BrownoutClient) -> None:
     brownout.set(error_rate=1.0)
     answer = httpx.get(f"{endpoint}/{BUCKET}/small")
     assert (answer.status_code, answer.reason_phrase) == (503, "Slow Down")
@@ -190,7 +191,7 @@ def _binomial_bounds(n: int, p: float, confidence: float) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-def test_error_rate_fraction(s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_error_rate_fraction(s3: Any, brownout: sbc.BrownoutClient) -> None:
     n, p = 400, 0.3
     brownout.set(error_rate=p)
     failed = 0
@@ -210,7 +211,7 @@ def _timed_get(s3: Any, key: str = "small") -> float:
     return time.perf_counter() - started
 
 
-def test_latency_and_jitter(s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_latency_and_jitter(s3: Any, brownout: sbc.BrownoutClient) -> None:
     base = statistics.median(_timed_get(s3) for _ in range(5))
     brownout.set(latency_ms=150)
     fixed = [_timed_get(s3) for _ in range(5)]
@@ -222,7 +223,7 @@ def test_latency_and_jitter(s3: Any, brownout: sb.BrownoutClient) -> None:
     assert brownout.state().counters.delayed >= 25
 
 
-def test_bandwidth_cap_on_a_1mib_get(s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_bandwidth_cap_on_a_1mib_get(s3: Any, brownout: sbc.BrownoutClient) -> None:
     data = os.urandom(1 << 20)
     s3.put_object(Bucket=BUCKET, Key="mib", Body=data)
     assert _timed_get(s3, "mib") < 0.5  # uncapped
@@ -236,7 +237,7 @@ def test_bandwidth_cap_on_a_1mib_get(s3: Any, brownout: sb.BrownoutClient) -> No
     assert brownout.state().counters.bandwidth_limited == before + 1
 
 
-def test_methods_filter(s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_methods_filter(s3: Any, brownout: sbc.BrownoutClient) -> None:
     brownout.set(error_rate=1.0, methods=["PUT"], latency_ms=100)
     assert s3.get_object(Bucket=BUCKET, Key="small")["Body"].read() == b"small"
     s3.head_object(Bucket=BUCKET, Key="small")
@@ -247,7 +248,7 @@ def test_methods_filter(s3: Any, brownout: sb.BrownoutClient) -> None:
     assert _code(info) == ("SlowDown", 503) and time.perf_counter() - started >= 0.1
 
 
-def test_clear_restores(s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_clear_restores(s3: Any, brownout: sbc.BrownoutClient) -> None:
     brownout.set(error_rate=1.0, latency_ms=50, bandwidth_kbps=100)
     with pytest.raises(ClientError):
         s3.put_object(Bucket=BUCKET, Key="after-clear", Body=b"x")
@@ -265,7 +266,7 @@ def test_clear_restores(s3: Any, brownout: sb.BrownoutClient) -> None:
     (b'{"error_rate": 0.5, "typo": 1}', "typo"), (b"not json", "body"), (b"[1]", "body"),
     (b"{" + b" " * sb.MAX_CONTROL_BODY + b"}", "body"),
 ])
-def test_bad_bodies_rejected_and_nothing_changed(endpoint: str, brownout: sb.BrownoutClient,
+def test_bad_bodies_rejected_and_nothing_changed(endpoint: str, brownout: sbc.BrownoutClient,
                                                  body: bytes, field: str) -> None:
     kept = brownout.set(error_rate=0.1, methods=["GET"], latency_ms=1).state
     answer = httpx.put(endpoint + sb.CONTROL_PATH, content=body)
@@ -275,19 +276,19 @@ def test_bad_bodies_rejected_and_nothing_changed(endpoint: str, brownout: sb.Bro
     assert brownout.state().state == kept
 
 
-def test_client_errors(endpoint: str, brownout: sb.BrownoutClient) -> None:
-    with pytest.raises(sb.BrownoutRejected, match="error_rate") as info:
+def test_client_errors(endpoint: str, brownout: sbc.BrownoutClient) -> None:
+    with pytest.raises(sbc.BrownoutRejected, match="error_rate") as info:
         brownout.set(error_rate=2)
     assert info.value.field == "error_rate" and not brownout.state().active
     assert httpx.post(endpoint + sb.CONTROL_PATH).status_code == 405
     url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    with pytest.raises(sb.BrownoutUnreachable, match=url):
-        sb.BrownoutClient(url).state()
+    with pytest.raises(sbc.BrownoutUnreachable, match=url):
+        sbc.BrownoutClient(url).state()
     assert time.monotonic() - started < 3
 
 
-def test_metrics(endpoint: str, s3: Any, brownout: sb.BrownoutClient) -> None:
+def test_metrics(endpoint: str, s3: Any, brownout: sbc.BrownoutClient) -> None:
     before = brownout.state().counters
     brownout.set(error_rate=1.0, error_code="InternalError")
     for _ in range(3):
@@ -305,7 +306,7 @@ def test_metrics(endpoint: str, s3: Any, brownout: sb.BrownoutClient) -> None:
 
 
 def test_moto_api_and_virtual_hosted_keys_pass(endpoint: str, s3: Any,
-                                               brownout: sb.BrownoutClient) -> None:
+                                               brownout: sbc.BrownoutClient) -> None:
     """The environment's health check (moto's API) never browns out, and on a virtual-hosted
     host the control path is an ordinary object key, stored by moto."""
     brownout.set(error_rate=1.0)
@@ -319,7 +320,7 @@ def test_moto_api_and_virtual_hosted_keys_pass(endpoint: str, s3: Any,
 
 
 def test_data_intact_before_during_and_after(endpoint: str, s3: Any,
-                                             brownout: sb.BrownoutClient) -> None:
+                                             brownout: sbc.BrownoutClient) -> None:
     """The brownout answers instead of moto and never changes what moto holds: what was
     written before and, through retries, during it reads back intact; a write that only got
     an injected error never landed."""

@@ -171,9 +171,9 @@ def test_orphan_cleanup_detaches_a_dead_mount_and_leaves_a_live_one_alone(
     import signal
 
     from environments.local import orphans, procs
-    from environments.local.components import OWNER_FILE
     from environments.local.faultfs import FaultFsProcess
     from environments.local.faultfs.mount import is_mounted
+    from environments.local.pg_files import OWNER_FILE
 
     _fuse_or_skip()
     db_root = tmp_path / "root" / "gone-env-1234"

@@ -199,7 +199,7 @@ def test_timeline_lines_follow_the_contract(tmp_path: Path) -> None:
 
 
 def test_run_as_postgres_only_when_root() -> None:
-    from environments.local.components import run_as_postgres
+    from environments.local.pg_files import run_as_postgres
 
     assert run_as_postgres() == ("postgres" if os.geteuid() == 0 else None)
 

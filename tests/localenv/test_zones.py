@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from environments.local.components import ComponentSpec, Group, HealthCheck
+from environments.local.bringup import label_zones
 from environments.local.env import LocalEnvironment
 from environments.local.errors import EnvError, UnknownTarget
+from environments.local.spec import ComponentSpec, Group, HealthCheck
 from environments.local.topology import API_ZONES, DB_ZONES, DEFAULT_AGENTS, zone_map
 
 
@@ -41,7 +42,7 @@ def test_up_labels_its_components_and_records_only_what_runs(tmp_path: Path) -> 
                       for n, k in (("api-2", "api"), ("pg-0", "patroni"), ("pg-1", "patroni"),
                                    ("cpu-2", "agent"))}
     agents = tuple(a for a in DEFAULT_AGENTS if a.name == "cpu-2")
-    zones = env._zones_of(agents)
+    zones = label_zones(env.components, agents)
     assert zones["zone-a"] == {"api": [], "database": ["pg-0"], "agents": [], "routes": []}
     assert zones["zone-b"] == {"api": ["api-2"], "database": ["pg-1"], "agents": ["cpu-2"],
                                "routes": ["db-api-2", "agent-cpu-2"]}
@@ -74,14 +75,14 @@ def test_restore_all_brings_the_zone_back_and_close_all_heals_its_routes(
     parts = zone_map(DEFAULT_AGENTS)["zone-a"]
     faults.begin("zone_outage", "zone-a", {**parts, "mode": "blackhole"})
     restored: list[str] = []
-    monkeypatch.setattr(faults, "restore_zone",
+    monkeypatch.setattr(faults.zones, "restore_zone",
                         lambda zone: restored.append(zone) or faults.end("zone_outage", zone, {}))
     assert faults.restore_all() == ["zone_outage:zone-a"] and restored == ["zone-a"]
     assert faults.active() == {}
 
     faults.begin("zone_outage", "zone-a", {**parts, "mode": "blackhole"})
     routes: list[tuple[str, str]] = []
-    monkeypatch.setattr(faults, "_route", lambda route, mode: routes.append((route, mode)))
+    monkeypatch.setattr(faults.routes, "route", lambda route, mode: routes.append((route, mode)))
     assert faults.close_all("env down") == ["zone_outage:zone-a"]
     assert routes == [(r, "pass") for r in parts["routes"]]
     ends = [line for line in faults.timeline.read() if line["event"] == "fault_end"]
