@@ -391,7 +391,7 @@ class CloudEnvironment:
     def kube_api(self) -> Any:
         """The Kubernetes ApiClient the drivers use (kubeconfig of the target, or in-pod)."""
         if self._kube_api is None:
-            self._kube_api = self.driver.driver.k8s._api()
+            self._kube_api = self.driver.driver.k8s.kube.api()
         return self._kube_api
 
     def lock(self, holder: str) -> Any:

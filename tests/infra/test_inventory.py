@@ -19,7 +19,8 @@ import yaml
 from click.testing import CliRunner
 from pulumi_policy import PolicyProviderResource, ResourceValidationArgs
 
-from operations import cli, inventory, render
+from operations import cli, inventory
+from provisioning import render
 from provisioning.components.common import REQUIRED_TAGS, DataClass
 from provisioning.config import PROJECT_ROOT, ConfigError
 from provisioning.objectives import DATA_CLASS_FAILURE_CLASSES
