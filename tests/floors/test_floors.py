@@ -1,6 +1,8 @@
 """The house has floors: a package imports only packages below it (import-linter's layers
 contract in pyproject.toml, the same command CI could run: `lint-imports`), and no module
-reaches into another module's private names."""
+reaches into another module's private names, and no two files import each other, directly or
+round a longer circle (strongly connected components of grimp's module graph, the one
+import-linter builds)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gameday", "operations", "provisioning", "chaos", "environments", "loadtests", "platforms", "slo", "controlplane")
+PACKAGES = ("gameday", "operations", "provisioning", "chaos", "environments", "loadtests",
+            "platforms", "slo", "controlplane")
 LINT = str(Path(sys.executable).with_name("lint-imports"))
 # private names of the standard library / third parties used on purpose, with the reason
 ALLOWED_PRIVATE = {("os", "_exit")}  # the workload exits at once when its agent died
@@ -67,3 +73,64 @@ def test_the_private_name_check_can_fail(tmp_path: Path) -> None:
     bad.write_text("from environments.local import faults\nfrom x import _y\n"
                    "def f(inj):\n    return inj._begin('kill', 'api-1', {})\n")
     assert [u.split(": ", 1)[1] for u in private_uses(bad)] == ["from x import _y", "inj._begin"]
+
+
+def import_circles(*packages: str) -> list[list[str]]:
+    """Groups of modules that import each other round a circle (Tarjan's strongly connected
+    components with more than one module), every import counted, lazy ones too."""
+    graph = grimp.build_graph(*packages)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, 0)]  # iterative: the house is deeper than the recursion limit allows
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            children = edges.get(node, [])
+            if i < len(children):
+                work.append((node, i + 1))
+                child = children[i]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return groups
+
+
+def test_no_file_import_circle_in_the_house() -> None:
+    assert import_circles(*PACKAGES) == []
+
+
+def test_the_circle_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "circled"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circled import b\n")
+    (pkg / "b.py").write_text("def f():\n    from circled import c\n")  # a lazy import counts
+    (pkg / "c.py").write_text("import circled.a\n")
+    (pkg / "d.py").write_text("import circled.a\n")  # imports into the circle, not part of it
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_circles("circled") == [["circled.a", "circled.b", "circled.c"]]
