@@ -607,6 +607,24 @@ def _dataset_bytes(nonce: str, version: int) -> bytes:
     return "".join(f"{nonce},row-{i},{(i * 7 + version) % 13}\n" for i in range(200)).encode()
 
 
+def _submit_pipeline_acknowledged(ctx: Context, cp: Any, body: dict[str, Any],
+                                  tag: str) -> dict[str, Any]:
+    """Submit ``body`` under one idempotency key until the platform acknowledges it (30 s:
+    the experiment may start while the platform is still recovering), remembered as ``tag``."""
+    key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            p = cp.submit_pipeline(body, key)
+            break
+        except PlatformError as exc:
+            if time.monotonic() > deadline:
+                raise ChaosError(f"pipeline {tag}: not acknowledged: {exc}") from None
+            time.sleep(0.5)
+    ctx.remember(tag, [p["id"]])
+    return p
+
+
 def _pipeline_body(image: str, name: str, dataset: dict[str, Any], min_candidates: int,
                    interrupted_steps: int) -> dict[str, Any]:
     def op(kind: str, params: dict[str, Any], max_retries: int = 2) -> dict[str, Any]:
@@ -663,17 +681,7 @@ def submit_pipeline(tag: str, dataset_version: int = 1, min_candidates: int = 0,
     dataset = {"name": PIPELINE_DATASET, "uri": uri, "sha256": _sha256(data)}
     body = _pipeline_body(cp.pinned_image, f"{ctx.experiment}-{tag}", dataset, min_candidates,
                           interrupted_steps)
-    key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            p = cp.submit_pipeline(body, key)
-            break
-        except PlatformError as exc:
-            if time.monotonic() > deadline:
-                raise ChaosError(f"pipeline {tag}: not acknowledged: {exc}") from None
-            time.sleep(0.5)
-    ctx.remember(tag, [p["id"]])
+    p = _submit_pipeline_acknowledged(ctx, cp, body, tag)
     out = {"tag": tag, "pipeline_id": p["id"], "dataset_sha256": dataset["sha256"],
            "image": cp.pinned_image}
     if wait_for:
@@ -896,17 +904,7 @@ def submit_source_pipeline(tag: str, policy: str, min_sources: int | None = None
                 {"name": "train", "phase": "train", "needs": ["prepare"], "cache": False,
                  "operation": op("train", {"steps": 10, "checkpoint_every": 5, "seed": 3})},
             ]}
-    key = f"{ctx.experiment}-{tag}-{uuid.uuid4()}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            p = cp.submit_pipeline(body, key)
-            break
-        except PlatformError as exc:
-            if time.monotonic() > deadline:
-                raise ChaosError(f"pipeline {tag}: not acknowledged: {exc}") from None
-            time.sleep(0.5)
-    ctx.remember(tag, [p["id"]])
+    p = _submit_pipeline_acknowledged(ctx, cp, body, tag)
     out: dict[str, Any] = {"tag": tag, "pipeline_id": p["id"], "policy": rule}
     if wait_for:
         out["pipeline"] = _pipeline_summary(_wait_pipeline(ctx, p["id"], wait_for, timeout))
