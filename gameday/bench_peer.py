@@ -479,7 +479,6 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
 
 def _start_mlflow(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
                   workers: int = 2) -> tuple[subprocess.Popen[bytes], str]:
-    import urllib.request
 
     from environments.local.pgserver import free_port
 
@@ -500,20 +499,27 @@ def _start_mlflow(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    return _healthy(proc, "mlflow", f"{url}/health", work / "mlflow.log"), url
+
+
+def _healthy(proc: subprocess.Popen[bytes], name: str, health: str,
+             log: Path) -> subprocess.Popen[bytes]:
+    """Wait (180 s) until the peer's server answers 200 on ``health``; stopped and its log's
+    tail raised when it exits or never answers."""
+    import urllib.request
+
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError("mlflow server exited: "
-                               + (work / "mlflow.log").read_text()[-2000:])
+            raise RuntimeError(f"{name} server exited: " + log.read_text()[-2000:])
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            with urllib.request.urlopen(health, timeout=2) as r:
                 if r.status == 200:
-                    return proc, url
+                    return proc
         except OSError:
             time.sleep(0.5)
     _stop(proc)
-    raise RuntimeError("mlflow server not ready after 180 s: "
-                       + (work / "mlflow.log").read_text()[-2000:])
+    raise RuntimeError(f"{name} server not ready after 180 s: " + log.read_text()[-2000:])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -532,7 +538,6 @@ def _start_prefect(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
                    ) -> tuple[subprocess.Popen[bytes], str]:
     """Prefect 3's server, API only (--no-services: its schedulers and loop services are no
     part of creating a flow run), one process: more workers need a message broker besides."""
-    import urllib.request
 
     from environments.local.pgserver import free_port
     from environments.local.prefect import server_env
@@ -549,20 +554,7 @@ def _start_prefect(exe: Path, dsn: str, work: Path, say: Callable[[str], None],
     with open(work / "prefect.log", "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("prefect server exited: "
-                               + (work / "prefect.log").read_text()[-2000:])
-        try:
-            with urllib.request.urlopen(f"{url}/api/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    _stop(proc)
-    raise RuntimeError("prefect server not ready after 180 s: "
-                       + (work / "prefect.log").read_text()[-2000:])
+    return _healthy(proc, "prefect", f"{url}/api/health", work / "prefect.log"), url
 
 
 def _prefect_flow(url: str) -> str:
