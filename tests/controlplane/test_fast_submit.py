@@ -146,3 +146,18 @@ def test_a_failed_commit_is_answered_by_the_route_without_a_second_commit(
     assert r.status_code == 503
     assert store.calls == [["warm"], ["k"], ["k2"], ["k2"]]
     assert answered == [False, False, False]
+
+
+def test_a_cached_token_without_the_user_role_is_left_to_the_route(
+        monkeypatch: pytest.MonkeyPatch, app: FastAPI, store: Store,
+        answered: list[bool]) -> None:
+    agent = auth_store.Principal("agent", "00000000-0000-0000-0000-000000000002", "ml-team")
+
+    async def lookup(conn: Any, token: str) -> auth_store.Principal:
+        return agent
+    monkeypatch.setattr(auth_store, "lookup", lookup)
+    # the first looks the token up (the route), the second finds it cached: refused both times
+    first, second = post(app, (SPEC, {**AUTH, "Idempotency-Key": "k"}),
+                         (SPEC, {**AUTH, "Idempotency-Key": "k"}))
+    assert (first.status_code, second.status_code) == (403, 403), second.text
+    assert answered == [False, False] and store.calls == []
