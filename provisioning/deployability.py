@@ -95,7 +95,9 @@ METRIC_DIMENSIONS: dict[tuple[str, str], frozenset[str]] = {
 
 HELM_CHART = "kubernetes:helm.sh/v4:Chart"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob"})
+# Rollout: Argo Rollouts' replacement for a Deployment (same spec.template).
+POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob",
+                                "Rollout"})
 CLUSTER_SCOPED_KINDS = frozenset({
     "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
     "StorageClass", "NodePool", "EC2NodeClass", "ValidatingWebhookConfiguration",

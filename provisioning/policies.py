@@ -323,8 +323,9 @@ def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) ->
 
 
 def unmatched_pdbs(objects: list[Mapping[str, Any]]) -> list[str]:
-    """PDBs whose selector matches no Deployment's pod template in the same namespace."""
-    deployments = [o for o in objects if o.get("kind") == "Deployment"]
+    """PDBs whose selector matches no Deployment's (or Argo Rollout's) pod template in the
+    same namespace."""
+    deployments = [o for o in objects if o.get("kind") in ("Deployment", "Rollout")]
     bad = []
     for pdb in (o for o in objects if o.get("kind") == "PodDisruptionBudget"):
         ns = pdb["metadata"].get("namespace")
@@ -341,7 +342,7 @@ def unmatched_pdbs(objects: list[Mapping[str, Any]]) -> list[str]:
 def _pdbs(args: StackValidationArgs, report: Report) -> None:
     objects = [r.props for r in args.resources if r.resource_type.startswith("kubernetes:")]
     for name in unmatched_pdbs(objects):
-        report(f"PodDisruptionBudget {name} matches no Deployment", None)
+        report(f"PodDisruptionBudget {name} matches no Deployment or Rollout", None)
 
 
 pdb_matches_deployment = StackValidationPolicy(

@@ -88,6 +88,12 @@ CHART_PODS: dict[str, tuple[ChartPods, ...]] = {
         ChartPods("kube-state-metrics", ("kube-state-metrics",)),
         ChartPods("grafana", ("grafana",)),
     ),
+    # argo-rollouts values.yaml: the controller under controller.* (the dashboard is off).
+    "argo-rollouts": (ChartPods("controller", ("controller",)),),
+    # keda values.yaml: top-level nodeSelector/tolerations/affinity place the operator, the
+    # metrics API server and the admission webhooks alike.
+    "keda": (ChartPods("operator", ()), ChartPods("metrics-apiserver", ()),
+             ChartPods("admission-webhooks", ())),
 }
 
 # API group -> the chart installing its CRDs, and how that chart is told to install them.
@@ -95,9 +101,11 @@ CRD_CHARTS: dict[str, str] = {
     "karpenter.sh": "karpenter", "karpenter.k8s.aws": "karpenter",
     "external-secrets.io": "external-secrets", "generators.external-secrets.io": "external-secrets",
     "monitoring.coreos.com": "kube-prometheus-stack",
+    "argoproj.io": "argo-rollouts", "keda.sh": "keda",
 }
 CRD_SWITCH: dict[str, tuple[str, ...]] = {  # values key that must not be false
     "external-secrets": ("installCRDs",), "kube-prometheus-stack": ("crds", "enabled"),
+    "argo-rollouts": ("installCRDs",), "keda": ("crds", "install"),
 }
 BUILTIN_GROUPS = frozenset({
     "core", "apps", "batch", "policy", "autoscaling", "networking.k8s.io",

@@ -32,7 +32,8 @@ PROGRAM = PROJECT_ROOT / "provisioning" / "__main__.py"
 ACCOUNT = "123456789012"
 # Digests an application stack is rendered with when its config records none yet (before
 # `gameday infra image`): they change no resource, only the image references.
-PLACEHOLDER_IMAGES = {"controlplane": "sha256:" + "0" * 64, "gameday": "sha256:" + "1" * 64}
+PLACEHOLDER_IMAGES = {"controlplane": "sha256:" + "0" * 64, "gameday": "sha256:" + "1" * 64,
+                      "serving": "sha256:" + "2" * 64, "tracking": "sha256:" + "3" * 64}
 
 
 class RenderError(Exception):

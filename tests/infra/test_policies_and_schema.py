@@ -29,7 +29,7 @@ OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0),
 K8S_VERSION = "1.33.0"  # the cluster's pinned kubernetesVersion
 # CRDs have no schema in kubernetes-validate; they are checked structurally below instead.
 CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io", "generators.external-secrets.io",
-              "karpenter.sh", "karpenter.k8s.aws")
+              "karpenter.sh", "karpenter.k8s.aws", "argoproj.io", "keda.sh")
 CLUSTER_SCOPED_CRD_GROUPS = ("karpenter.sh", "karpenter.k8s.aws")  # NodePool, EC2NodeClass
 
 
