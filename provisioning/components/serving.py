@@ -31,6 +31,10 @@ from provisioning.components.common import (
 )
 from provisioning.components.observability import METRICS_PORT_NAME, RULE_LABEL
 from provisioning.config import ServingConfig
+from provisioning.deployability import CANARY_SIGNALS
+
+# The analyses' metric names: what the `delivery` check requires a canary be measured on.
+ERRORS, LATENCY, GOLDEN_SET = CANARY_SIGNALS
 
 SERVICE_ACCOUNT = "model-server"
 ROLLOUT = "model-server"
@@ -266,8 +270,8 @@ class Serving(pulumi.ComponentResource):
             metadata={"name": "model-canary-metrics", "namespace": ns,
                       "labels": self._naming.labels("serving-analysis")},
             spec={"args": [{"name": "canary-hash"}],
-                  "metrics": [metric("error-ratio", error_ratio_query(ns), rollout.max_error_ratio),
-                              metric("p99-latency", p99_latency_query(ns),
+                  "metrics": [metric(ERRORS, error_ratio_query(ns), rollout.max_error_ratio),
+                              metric(LATENCY, p99_latency_query(ns),
                                      rollout.max_p99_latency_ms / 1000)]},
             opts=opts)
 
@@ -277,7 +281,7 @@ class Serving(pulumi.ComponentResource):
         golden = pulumi.Output.concat("s3://", self._in.bucket_name,
                                       f"/models/{name}/{{{{args.model-version}}}}/golden.json")
         container = {
-            "name": "golden-set",
+            "name": GOLDEN_SET,
             "image": self._in.check_image,
             "command": ["python", "-m", "provisioning.serving_golden"],
             "args": ["--url", f"http://{CANARY_SERVICE}.{ns}.svc:{cfg.port}", "--model", name,
@@ -301,7 +305,7 @@ class Serving(pulumi.ComponentResource):
             metadata={"name": "model-golden-set", "namespace": ns,
                       "labels": self._naming.labels("serving-analysis")},
             spec={"args": [{"name": "model-version"}],
-                  "metrics": [{"name": "golden-set", "count": 1, "failureLimit": 0,
+                  "metrics": [{"name": GOLDEN_SET, "count": 1, "failureLimit": 0,
                                "provider": {"job": {"spec": {
                                    "backoffLimit": 0, "activeDeadlineSeconds": 600,
                                    "template": {"spec": pod}}}}}]},

@@ -76,7 +76,8 @@ def test_registries_immutable_scanned_kms_with_lifecycle(runs: dict[str, Run]) -
     run = runs["prod"]
     repos = run.of_type("aws:ecr/repository:Repository")
     assert {r.props["name"] for r in repos} == {"mlplatform-prod/controlplane", "mlplatform-prod/gameday",
-                                                  "mlplatform-prod/workloads/trainer"}
+                                                  "mlplatform-prod/workloads/trainer",
+                                                  "mlplatform-prod/serving", "mlplatform-prod/tracking"}
     for r in repos:
         assert r.props["imageTagMutability"] == "IMMUTABLE"
         assert r.props["imageScanningConfiguration"]["scanOnPush"] is True
