@@ -34,11 +34,16 @@ def ensure_role_and_database(conn: psycopg.Connection, role: str, database: str,
     if not password:
         raise ValueError("ROLE_PASSWORD is empty")
     done = []
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    verb = "ALTER" if exists else "CREATE"
-    conn.execute(sql.SQL("{} ROLE {} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}")
-                 .format(sql.SQL(verb), sql.Identifier(role), sql.Literal(password)))
-    done.append(f"{verb.lower()}d role {role}")
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+        # Password only: a non-superuser (the RDS master) may not name the SUPERUSER
+        # attribute at all, not even to deny it.
+        conn.execute(sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(password)))
+        done.append(f"altered role {role}")
+    else:
+        conn.execute(sql.SQL("CREATE ROLE {} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                             "PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+        done.append(f"created role {role}")
     if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone():
         # On RDS the master user is no superuser: it may only create a database owned by a
         # role it is a member of.
