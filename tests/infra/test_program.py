@@ -117,8 +117,9 @@ def test_database_follows_objectives(runs: dict[str, Run]) -> None:
 def test_control_plane_deployments(runs: dict[str, Run]) -> None:
     run = runs["prod"]
     deps = {d.props["metadata"]["name"]: d.props for d in run.of_type("kubernetes:apps/v1:Deployment")}
+    # and the tracking server (tests/infra/test_serving_infra.py)
     assert set(deps) == {"controlplane-api", "controlplane-reconciler", "controlplane-agent-cpu",
-                         "controlplane-agent-gpu"}
+                         "controlplane-agent-gpu", "mlflow"}
     api = deps["controlplane-api"]
     assert api["spec"]["replicas"] == 3
     pod = api["spec"]["template"]["spec"]
