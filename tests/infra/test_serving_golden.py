@@ -156,3 +156,30 @@ def test_same_data() -> None:
     assert not same_data([1.0, 2.0], [1.0], 1.0)
     assert not same_data([float("nan")], [float("nan")], 1.0)
     assert same_data(["cat"], ["cat"], 0) and not same_data(["cat"], ["dog"], 0)
+
+
+def test_the_job_modules_run_in_the_slim_control_plane_image() -> None:
+    """Both Jobs run `python -m provisioning.<module>` in the control-plane image, which has the
+    core dependencies only: every distribution importing them loads is in the core closure."""
+    import importlib.metadata as md
+    import subprocess
+    import sys
+    import tomllib
+
+    from tests.floors.test_core_dependencies import REPO, _norm, core_closure
+
+    def loaded(imports: str) -> set[str]:
+        code = f"import sys{imports}; print(' '.join({{m.split('.')[0] for m in sys.modules}}))"
+        return set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  check=True, cwd=REPO).stdout.split())
+
+    # what the interpreter's site hooks load anyway, and urllib3's optional brotli (imported
+    # only when installed)
+    new = loaded(", provisioning.serving_golden, provisioning.tracking_db, botocore.session") \
+        - loaded("") - {"brotli", "_brotli"}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    allowed = core_closure(project["dependencies"]) | {_norm(project["name"])}
+    owners = md.packages_distributions()
+    outside = {m: owners[m] for m in new
+               if m in owners and not {_norm(d) for d in owners[m]} & allowed}
+    assert {"psycopg", "botocore"} <= new and outside == {}, outside
