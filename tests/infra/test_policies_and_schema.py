@@ -95,6 +95,12 @@ def _mutate(run: Run, type_: str, fn: Any, name: str = "") -> list[Resource]:
     ("kubernetes:policy/v1:PodDisruptionBudget",
      lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/component": "nothing"}),
      "matches no Deployment"),
+    ("kubernetes:keda.sh/v1alpha1:ScaledObject", lambda p: p["spec"].update(minReplicaCount=1),
+     "minReplicaCount >= 2"),
+    ("kubernetes:argoproj.io/v1alpha1:Rollout",
+     lambda p: p["spec"]["strategy"]["canary"].pop("analysis"), "background analysis"),
+    ("kubernetes:argoproj.io/v1alpha1:Rollout", lambda p: p["spec"]["template"]["spec"][
+        "containers"][0].pop("readinessProbe"), "has no readinessProbe"),
 ])
 def test_policies_catch_violations(runs: dict[str, Run], type_: str, mutation: Any, expected: str) -> None:
     found = violations(_mutate(runs["prod"], type_, mutation))
