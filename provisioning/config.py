@@ -415,11 +415,10 @@ S3Prefix = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 
 
 class ServedModel(_Model):
-    """What the model server loads: ``models/<name>/<version>/model.json`` of the artifact
-    bucket (the serving helper's layout: a sha256 digest beside it)."""
+    """The model the environment serves; which version (and its digest) is the application
+    stack's ``servedModel``, recorded when it is published, like the image digests."""
 
     name: DnsLabel
-    version: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 
 
 class ServingAutoscaling(_Model):
@@ -709,6 +708,15 @@ class ImageDigests(_Model):
     tracking: Digest | None = None
 
 
+class ServedModelVersion(_Model):
+    """What the model server loads: ``models/<serving.model.name>/<version>/model.json`` of the
+    artifact bucket, only if its bytes have ``sha256`` (a torn or substituted object is never
+    served). A new version here is a new canary."""
+
+    version: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
 class ApplicationConfig(_Model):
     """The application stack's own keys: everything else is the environment's, read from
     the platform stack's file, so the two layers cannot disagree about it."""
@@ -718,13 +726,15 @@ class ApplicationConfig(_Model):
     # (`org/mlplatform/dev`).
     platform_stack: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+$")]
     images: ImageDigests = Field(default_factory=ImageDigests)
+    # Required where the environment sets `serving`.
+    served_model: ServedModelVersion | None = None
 
     @property
     def platform_stack_name(self) -> str:
         return self.platform_stack.rsplit("/", 1)[-1]
 
 
-APPLICATION_KEYS = ("layer", "platformStack", "images")
+APPLICATION_KEYS = ("layer", "platformStack", "images", "servedModel")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -7,11 +7,12 @@ of cases answered as expected reaches ``--min-agreement``, 1 when it does not (t
 is aborted and rolled back), 2 when the check could not judge (no golden set, unreadable):
 "no data" is never a pass.
 
-The golden set (JSON, stored beside the model): ``{"tolerance": 1e-6, "cases": [{"inputs":
-[<Open Inference Protocol v2 input tensors>], "outputs": {"<output name>": [<expected
-data>]}}]}``. A case agrees when the server answers 200, names the version under test
-(``model_version``) and every expected output's data equals the expected data (numbers
-within ``tolerance``). Standard library only, plus boto3 for ``s3://`` (both in the image).
+The golden set is the model's own (``models/<name>/<version>/golden.json``, the serving side's
+format, docs/serving.md): ``{"inputs": [[<feature>, ...], ...], "expected": [<output>, ...]}``.
+Each row goes to ``POST /v2/models/<name>/infer`` as the tensor ``input-0`` (FP64, shape
+``[1, features]``); it agrees when the server answers 200, names the version under test
+(``model_version``) and its ``output-0`` is the expected value within ``--tolerance``.
+Standard library only, plus boto3 for ``s3://`` (both in the control-plane image).
 """
 
 from __future__ import annotations
@@ -84,23 +85,31 @@ def judge_case(index: int, case: Mapping[str, Any], status: int, body: Any, vers
     return None
 
 
-def parse_golden(raw: bytes, source: str) -> tuple[list[dict[str, Any]], float]:
+# The serving side's tensors and tolerance (controlplane/serving: one input row, one output).
+INPUT_TENSOR, OUTPUT_TENSOR, TOLERANCE = "input-0", "output-0", 1e-6
+
+
+def parse_golden(raw: bytes, source: str) -> list[dict[str, Any]]:
+    """The golden set as cases: v2 ``inputs`` and the expected ``outputs`` by tensor name."""
     try:
         doc = json.loads(raw)
     except ValueError as exc:
         raise GoldenSetError(f"{source}: not JSON ({exc})") from None
-    cases = doc.get("cases") if isinstance(doc, dict) else None
-    if not isinstance(cases, list) or not cases:
-        raise GoldenSetError(f"{source}: 'cases' must be a non-empty list")
-    for i, case in enumerate(cases):
-        if not isinstance(case, dict) or not isinstance(case.get("inputs"), list) or \
-                not isinstance(case.get("outputs"), dict) or not case["outputs"]:
-            raise GoldenSetError(f"{source}: cases[{i}] needs 'inputs' (a list of tensors) and "
-                                 "'outputs' (a non-empty map of output name to data)")
-    tolerance = doc.get("tolerance", 1e-6)
-    if not isinstance(tolerance, (int, float)) or tolerance < 0:
-        raise GoldenSetError(f"{source}: 'tolerance' must be a number >= 0, got {tolerance!r}")
-    return cases, float(tolerance)
+    inputs, expected = (doc.get("inputs"), doc.get("expected")) if isinstance(doc, dict) else (None, None)
+    if not isinstance(inputs, list) or not isinstance(expected, list) or len(inputs) != len(expected):
+        raise GoldenSetError(f"{source}: fields 'inputs' and 'expected' must be lists of equal length")
+    if not inputs:
+        raise GoldenSetError(f"{source}: the golden set is empty")
+    cases = []
+    for i, (row, want) in enumerate(zip(inputs, expected)):
+        if not isinstance(row, list) or not row or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*row, want]):
+            raise GoldenSetError(f"{source}: inputs[{i}] must be a list of numbers and "
+                                 f"expected[{i}] a number")
+        cases.append({"inputs": [{"name": INPUT_TENSOR, "shape": [1, len(row)],
+                                  "datatype": "FP64", "data": row}],
+                      "outputs": {OUTPUT_TENSOR: [want]}})
+    return cases
 
 
 def read_golden(source: str) -> bytes:
@@ -155,14 +164,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", required=True, help="the version the canary must answer with")
     parser.add_argument("--golden", required=True, help="s3://bucket/key or a path")
     parser.add_argument("--min-agreement", type=float, default=1.0)
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--timeout", type=float, default=10.0)
     args = parser.parse_args(argv)
     try:
-        cases, tolerance = parse_golden(read_golden(args.golden), args.golden)
+        cases = parse_golden(read_golden(args.golden), args.golden)
     except GoldenSetError as exc:
         print(f"golden-set: cannot judge: {exc}", file=sys.stderr)
         return EXIT_UNJUDGED
-    verdict = check(args.url, args.model, args.version, cases, tolerance, args.timeout)
+    verdict = check(args.url, args.model, args.version, cases, args.tolerance, args.timeout)
     for problem in verdict.problems:
         print(f"golden-set: {problem}", file=sys.stderr)
     ok = verdict.agreement >= args.min_agreement

@@ -1,10 +1,11 @@
 """Model serving (application layer): the model server as an Argo Rollouts ``Rollout`` with a
 canary that is analysed and rolled back automatically, scaled by KEDA on request rate.
 
-* the server: KServe's Python model server, Open Inference Protocol v2 over HTTP; ready
-  (``GET /v2/models/<name>/ready``) only once the model is loaded, so no replica takes traffic
-  before it can answer; the model read from ``models/<name>/<version>/`` of the artifact bucket
-  with its own IRSA role (read-only, that prefix only);
+* the server: KServe's Python model server (``python -m controlplane.serving.server``, the
+  serving image), Open Inference Protocol v2 over HTTP; ready (``GET /v2/models/<name>/ready``)
+  only once the model is loaded and had its sha256, so no replica takes traffic before it can
+  answer; the model read from ``models/<name>/<version>/`` of the artifact bucket with its own
+  IRSA role (read-only, that prefix only);
 * availability: at least two replicas (KEDA's ``minReplicaCount``), a PodDisruptionBudget,
   zones spread with ``DoNotSchedule``, on-demand capacity of the ``cpu`` pool only;
 * the canary: the steps' weights (by replica ratio: there is no traffic router), a background
@@ -30,7 +31,7 @@ from provisioning.components.common import (
     child,
 )
 from provisioning.components.observability import METRICS_PORT_NAME, RULE_LABEL
-from provisioning.config import ServingConfig
+from provisioning.config import ServedModelVersion, ServingConfig
 from provisioning.deployability import CANARY_SIGNALS
 
 # The analyses' metric names: what the `delivery` check requires a canary be measured on.
@@ -52,16 +53,13 @@ RUN_AS = 10001
 @dataclass(frozen=True)
 class ServingInputs:
     cfg: ServingConfig
+    version: ServedModelVersion
     bucket_name: pulumi.Input[str]
     region: str
     image: pulumi.Input[str]
     # The control-plane image (pinned by digest): runs the golden-set check.
     check_image: pulumi.Input[str]
     role_arn: pulumi.Input[str]
-
-
-def model_prefix(name: str, version: str) -> str:
-    return f"models/{name}/{version}"
 
 
 def canary_pods(namespace: str) -> str:
@@ -187,17 +185,18 @@ class Serving(pulumi.ComponentResource):
 
     # -- pods ---------------------------------------------------------------------------------
     def _pod_spec(self) -> dict[str, Any]:
-        cfg, model = self._in.cfg, self._in.cfg.model
-        prefix = model_prefix(model.name, model.version)
+        cfg, model, served = self._in.cfg, self._in.cfg.model, self._in.version
         container = {
             "name": "model-server",
             "image": self._in.image,
-            "args": ["--model_name", model.name, "--http_port", str(cfg.port)],
-            "env": [{"name": "MODEL_NAME", "value": model.name},
-                    {"name": "MODEL_VERSION", "value": model.version},
-                    {"name": "MODEL_URI", "value": pulumi.Output.concat(
-                        "s3://", self._in.bucket_name, f"/{prefix}/model.json")},
-                    {"name": "AWS_REGION", "value": self._in.region}],
+            # The serving side's server CLI (docs/serving.md); it reads
+            # <store>/<bucket>/models/<name>/<version>/model.json and checks its sha256.
+            "command": ["python", "-m", "controlplane.serving.server"],
+            "args": ["--model", model.name, "--version", served.version, "--sha256", served.sha256,
+                     "--store", f"https://s3.{self._in.region}.amazonaws.com",
+                     "--bucket", self._in.bucket_name, "--port", str(cfg.port),
+                     "--host", "0.0.0.0"],
+            "env": [{"name": "AWS_REGION", "value": self._in.region}],
             "ports": [{"name": METRICS_PORT_NAME, "containerPort": cfg.port}],
             "resources": {"requests": cfg.resources.model_dump(),
                           "limits": {"memory": cfg.resources.memory}},
@@ -232,7 +231,7 @@ class Serving(pulumi.ComponentResource):
     # -- the canary and its analysis ----------------------------------------------------------
     def _canary(self) -> dict[str, Any]:
         rollout = self._in.cfg.rollout
-        version_arg = {"name": "model-version", "value": self._in.cfg.model.version}
+        version_arg = {"name": "model-version", "value": self._in.version.version}
         hash_arg = {"name": "canary-hash", "valueFrom": {"podTemplateHashValue": "Latest"}}
         steps: list[dict[str, Any]] = []
         for i, weight in enumerate(rollout.steps):

@@ -86,6 +86,11 @@ def check_images(cfg: StackConfig, app: ApplicationConfig) -> None:
                 f"{PROJECT}:images.{key} is not set in Pulumi.{pulumi.get_stack()}.yaml: build "
                 f"and push the image first (`gameday infra image --stack "
                 f"{app.platform_stack_name}` records its digest), then run this stack")
+    if cfg.serving is not None and app.served_model is None:
+        raise ConfigError(
+            f"{PROJECT}:servedModel is not set in Pulumi.{pulumi.get_stack()}.yaml: publish the "
+            f"model (models/{cfg.serving.model.name}/<version>/model.json and golden.json in the "
+            "artifact bucket), then set {version, sha256} (the sha256 of its model.json)")
 
 
 def cluster_provider(name: str, cluster_name: pulumi.Input[str], region: str
@@ -194,8 +199,10 @@ def build() -> None:
         delivery = DeliveryAddons(f"{p}-delivery", naming, opts=k8s_opts)
         serving_image, _ = image_reference(cfg.serving.image, SERVING_REPOSITORY,
                                            app.images.serving, "serving", repositories)
+        assert app.served_model is not None  # check_images ran before any resource
         Serving(f"{p}-serving", ServingInputs(
-            cfg=cfg.serving, bucket_name=need(out.ARTIFACT_BUCKET), region=region,
+            cfg=cfg.serving, version=app.served_model, bucket_name=need(out.ARTIFACT_BUCKET),
+            region=region,
             image=serving_image, check_image=image, role_arn=role_arns[out.SERVING_ROLE]),
             naming, opts=pulumi.ResourceOptions(providers={"kubernetes": provider},
                                                 depends_on=[karpenter, delivery, observability]))

@@ -16,12 +16,8 @@ import pytest
 from provisioning.serving_golden import EXIT_FAIL, EXIT_PASS, EXIT_UNJUDGED, main, same_data
 from tests.infra.motoserver import fresh_session
 
-GOLDEN = {"tolerance": 0.001, "cases": [
-    {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}],
-     "outputs": {"y": [3.0]}},
-    {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [2.0, 2.0]}],
-     "outputs": {"y": [4.0]}},
-]}
+# the serving side's golden.json: rows and the outputs the model must give
+GOLDEN = {"inputs": [[1.0, 2.0], [2.0, 2.0]], "expected": [3.0, 4.0]}
 
 
 class Model:
@@ -37,7 +33,8 @@ class Model:
             return self.status, {"error": "boom"}
         total = sum(body["inputs"][0]["data"]) + self.bias
         return 200, {"model_name": "clf", "model_version": self.version,
-                     "outputs": [{"name": "y", "shape": [1], "datatype": "FP32", "data": [total]}]}
+                     "outputs": [{"name": "output-0", "shape": [1], "datatype": "FP64",
+                                  "data": [total]}]}
 
 
 @pytest.fixture
@@ -87,11 +84,12 @@ def test_a_canary_answering_the_golden_set_passes(server: tuple[str, Model], gol
     assert _run(url, str(golden)) == EXIT_PASS
     assert "2/2 agree" in capsys.readouterr().out
     assert [p for p, _ in model.requests] == ["/v2/models/clf/infer"] * 2
-    assert model.requests[0][1] == {"inputs": GOLDEN["cases"][0]["inputs"]}
+    assert model.requests[0][1] == {"inputs": [{"name": "input-0", "shape": [1, 2],
+                                                "datatype": "FP64", "data": [1.0, 2.0]}]}
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    ({"bias": 0.5}, "output 'y' is [3.5], expected [3.0]"),
+    ({"bias": 0.5}, "output 'output-0' is [3.5], expected [3.0]"),
     ({"version": "1"}, "answered by version '1', not '2'"),  # the old model answered
     ({"status": 503}, "HTTP 503"),
 ])
@@ -108,11 +106,15 @@ def test_a_canary_that_disagrees_fails(server: tuple[str, Model], golden: Path, 
 def test_within_tolerance_agrees_and_min_agreement_counts(server: tuple[str, Model],
                                                           tmp_path: Path) -> None:
     url, model = server
-    model.bias = 0.0005  # below the tolerance of 0.001
+    model.bias = 5e-7  # below the serving side's tolerance of 1e-6
     path = tmp_path / "g.json"
     path.write_text(json.dumps(GOLDEN))
     assert _run(url, str(path)) == EXIT_PASS
-    half = {**GOLDEN, "cases": [GOLDEN["cases"][0], {**GOLDEN["cases"][1], "outputs": {"y": [9.0]}}]}
+    model.bias = 0.0005
+    assert _run(url, str(path)) == EXIT_FAIL
+    assert _run(url, str(path), "--tolerance", "0.001") == EXIT_PASS
+    model.bias = 0.0
+    half = {**GOLDEN, "expected": [3.0, 9.0]}
     path.write_text(json.dumps(half))
     assert _run(url, str(path)) == EXIT_FAIL
     assert _run(url, str(path), "--min-agreement", "0.5") == EXIT_PASS
@@ -128,9 +130,9 @@ def test_an_unreachable_canary_fails(golden: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(("content", "expected"), [
     (None, "cannot read the golden set"),
     ("not json", "not JSON"),
-    (json.dumps({"cases": []}), "'cases' must be a non-empty list"),
-    (json.dumps({"cases": [{"inputs": []}]}), "cases[0] needs 'inputs'"),
-    (json.dumps({**GOLDEN, "tolerance": -1}), "'tolerance' must be a number >= 0"),
+    (json.dumps({"inputs": [], "expected": []}), "the golden set is empty"),
+    (json.dumps({"inputs": [[1.0]], "expected": []}), "must be lists of equal length"),
+    (json.dumps({"inputs": [["a"]], "expected": [1.0]}), "inputs[0] must be a list of numbers"),
 ])
 def test_no_usable_golden_set_is_never_a_pass(server: tuple[str, Model], tmp_path: Path,
                                               content: str | None, expected: str,

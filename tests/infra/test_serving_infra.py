@@ -266,6 +266,29 @@ def test_application_stack_without_the_serving_digest_says_which_command() -> No
         run_program("dev", app_patch={"mlplatform:images": {"serving": None}})
 
 
+@pytest.mark.parametrize(("model", "expected"), [
+    (None, (r"mlplatform:servedModel is not set in Pulumi.dev-app.yaml: publish the model "
+           r"\(models/fraud-score/<version>/model.json")),
+    ({"version": "v2", "sha256": "abc"}, r"mlplatform:servedModel.sha256: String should match"),
+    ({"version": "v2", "sha256": None}, r"mlplatform:servedModel.sha256: Field required"),
+])
+def test_application_stack_names_the_served_model_it_lacks(model: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        run_program("dev", app_patch={"mlplatform:servedModel": model})
+
+
+def test_the_served_version_is_the_canary(runs: dict[str, Run]) -> None:
+    """The application stack's servedModel reaches the server (version, digest) and the golden
+    set's analysis (its version argument)."""
+    run = run_program("dev", app_patch={"mlplatform:servedModel": {"version": "v2", "sha256": "a" * 64}},
+                      layers=("platform", "application"))
+    rollout = _one(run, "Rollout", "model-server")
+    args = rollout["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--version") + 1] == "v2" and args[args.index("--sha256") + 1] == "a" * 64
+    step = next(s["analysis"] for s in rollout["spec"]["strategy"]["canary"]["steps"] if "analysis" in s)
+    assert step["args"] == [{"name": "model-version", "value": "v2"}]
+
+
 def test_stacks_without_serving_or_tracking_declare_neither() -> None:
     run = run_program("dev", patch={"mlplatform:serving": None, "mlplatform:tracking": None})
     types = {r.type for r in run.resources}
