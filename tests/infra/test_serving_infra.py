@@ -277,7 +277,7 @@ def test_application_stack_names_the_served_model_it_lacks(model: Any, expected:
         run_program("dev", app_patch={"mlplatform:servedModel": model})
 
 
-def test_the_served_version_is_the_canary(runs: dict[str, Run]) -> None:
+def test_the_served_version_is_the_canary() -> None:
     """The application stack's servedModel reaches the server (version, digest) and the golden
     set's analysis (its version argument)."""
     run = run_program("dev", app_patch={"mlplatform:servedModel": {"version": "v2", "sha256": "a" * 64}},
