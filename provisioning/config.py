@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from enum import Enum
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,13 +35,16 @@ from provisioning.deployability import LOG_RETENTION_DAYS
 PROJECT = "mlplatform"
 # Repositories `gameday infra image` pushes the two Dockerfile targets to.
 CONTROL_PLANE_REPOSITORY, HARNESS_REPOSITORY = "controlplane", "gameday"
+# Repositories of the model server and the tracking server images (built outside this
+# repository's Dockerfile; their digests are recorded like the others, `mlplatform:images`).
+SERVING_REPOSITORY, TRACKING_REPOSITORY = "serving", "tracking"
 
 # Keys of the form "<project>:<key>" that this program reads; anything else under the
 # project namespace is a typo or a stale key and is refused.
 TOP_LEVEL_KEYS = (
     "environment", "owner", "costCenter", "allowSpot", "network", "cluster", "nodePools",
     "registry", "artifacts", "database", "controlPlane", "observability", "gameDay",
-    "deployRunner",
+    "deployRunner", "serving", "tracking",
 )
 
 
@@ -405,6 +409,118 @@ class GameDayConfig(_Model):
         return self
 
 
+# -- model serving and experiment tracking (docs/infra.md "Serving and tracking") --------------
+PgIdentifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")]
+S3Prefix = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+
+
+class ServedModel(_Model):
+    """The model the environment serves; which version (and its digest) is the application
+    stack's ``servedModel``, recorded when it is published, like the image digests."""
+
+    name: DnsLabel
+
+
+class ServingAutoscaling(_Model):
+    """KEDA ScaledObject on the request rate Prometheus sees (provisioning/components/serving.py)."""
+
+    # At least two: one replica lost (a node, a zone, an eviction) must not stop serving.
+    min_replicas: int = Field(default=2, ge=1, le=100)
+    max_replicas: int = Field(default=10, ge=1, le=200)
+    target_requests_per_second: float = Field(default=20.0, gt=0)
+    # Replicas KEDA holds while Prometheus cannot be read (its `fallback`): never below min.
+    fallback_replicas: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ServingAutoscaling:
+        if self.min_replicas < 2:
+            raise ValueError(f"minReplicas is {self.min_replicas}: serving needs at least 2 "
+                             "replicas so one lost pod, node or zone does not stop it")
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"maxReplicas {self.max_replicas} is below minReplicas "
+                             f"{self.min_replicas}")
+        if self.fallback_replicas is not None and not (
+                self.min_replicas <= self.fallback_replicas <= self.max_replicas):
+            raise ValueError(f"fallbackReplicas {self.fallback_replicas} is outside "
+                             f"[minReplicas, maxReplicas] = [{self.min_replicas}, "
+                             f"{self.max_replicas}]")
+        return self
+
+
+class ServingRollout(_Model):
+    """The canary (Argo Rollouts): weights, and the analysis that rolls it back."""
+
+    # Canary weights in percent, strictly increasing, each below 100 (the last step promotes).
+    steps: list[Annotated[int, Field(ge=1, le=99)]] = Field(
+        default_factory=lambda: [10, 25, 50], min_length=1)
+    # How long each step holds while the analysis runs, and how often it measures.
+    step_seconds: int = Field(default=300, ge=60, le=3600)
+    interval_seconds: int = Field(default=60, ge=15, le=600)
+    # Rollback thresholds on the canary's own pods.
+    max_error_ratio: float = Field(default=0.01, gt=0, lt=1)
+    max_p99_latency_ms: int = Field(default=500, ge=1)
+    # Share of the golden set the canary must answer as expected (1.0 = every case).
+    min_golden_agreement: float = Field(default=1.0, gt=0, le=1)
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing(cls, steps: list[int]) -> list[int]:
+        if any(b <= a for a, b in pairwise(steps)):
+            raise ValueError(f"{steps}: canary weights must increase strictly (percent, 1-99)")
+        return steps
+
+    @model_validator(mode="after")
+    def _interval_fits(self) -> ServingRollout:
+        if self.interval_seconds * 2 > self.step_seconds:
+            raise ValueError(f"intervalSeconds {self.interval_seconds} leaves fewer than two "
+                             f"measurements per step (stepSeconds {self.step_seconds})")
+        return self
+
+
+class ServingConfig(_Model):
+    """The model server (KServe's Python server, Open Inference Protocol v2 over HTTP)."""
+
+    namespace: DnsLabel = "mlp-serving"
+    # Unset: the registry's `serving` repository at `mlplatform:images.serving`.
+    image: ImageConfig | None = None
+    port: int = Field(default=8080, ge=1024, le=65535)
+    model: ServedModel
+    resources: ContainerResources = Field(default_factory=lambda: ContainerResources(
+        cpu="500m", memory="1Gi"))
+    autoscaling: ServingAutoscaling = Field(default_factory=ServingAutoscaling)
+    rollout: ServingRollout = Field(default_factory=ServingRollout)
+
+
+class TrackingConfig(_Model):
+    """The MLflow tracking server: backend store on the platform's PostgreSQL (its own database
+    and role), artifacts under a prefix of the platform's bucket."""
+
+    namespace: DnsLabel = "mlp-tracking"
+    # Unset: the registry's `tracking` repository at `mlplatform:images.tracking` (an image
+    # with mlflow==3.17.2, psycopg2 and boto3: the upstream image has no PostgreSQL driver).
+    image: ImageConfig | None = None
+    replicas: int = Field(default=2, ge=1, le=20)
+    port: int = Field(default=5000, ge=1024, le=65535)
+    database: PgIdentifier = "mlflow"
+    role: PgIdentifier = "mlflow"
+    artifact_prefix: S3Prefix = "mlflow"
+    resources: ContainerResources = Field(default_factory=lambda: ContainerResources(
+        cpu="500m", memory="1Gi"))
+
+    @model_validator(mode="after")
+    def _ha(self) -> TrackingConfig:
+        if self.replicas < 2:
+            raise ValueError(f"replicas is {self.replicas}: the tracking server needs at least "
+                             "2 so a training run's metrics survive one lost pod")
+        if self.image is not None and self.image.digest is None:
+            raise ValueError("image must be pinned by digest: a Job runs it (`mlflow db "
+                             "upgrade`) and a tag may move between the Job and the server")
+        if self.database == "controlplane" or self.role == "controlplane":
+            raise ValueError("database/role 'controlplane' belong to the control plane: the "
+                             "tracking server gets its own")
+        return self
+
+
 class DeployRunnerConfig(_Model):
     """The in-VPC deploy path (``provisioning/components/deploy_runner.py``): CodeBuild projects that
     build the images and run the application stack's `pulumi up` next to a private endpoint."""
@@ -452,6 +568,9 @@ class StackConfig(_Model):
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     game_day: GameDayConfig = Field(default_factory=GameDayConfig)
     deploy_runner: DeployRunnerConfig = Field(default_factory=DeployRunnerConfig)
+    # Unset: not deployed.
+    serving: ServingConfig | None = None
+    tracking: TrackingConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -486,6 +605,24 @@ class StackConfig(_Model):
                 "gameDay.image is required when enabled is true, unless registry.repositories "
                 f"lists {HARNESS_REPOSITORY!r} (the harness image, `docker build --target "
                 "gameday`, not the slim control-plane one; `gameday infra image` pushes it there)")
+        for key, section, repo in (("serving", self.serving, SERVING_REPOSITORY),
+                                   ("tracking", self.tracking, TRACKING_REPOSITORY)):
+            if section is not None and section.image is None and repo not in self.registry.repositories:
+                raise ValueError(f"{key}.image is required unless registry.repositories lists "
+                                 f"{repo!r} (its digest then goes in the application stack's "
+                                 f"mlplatform:images.{repo})")
+        if self.serving is not None and not self.observability.install_prometheus_stack:
+            raise ValueError("serving needs observability.installPrometheusStack: true (its "
+                             "autoscaler and its canary analysis read Prometheus)")
+        if self.serving is not None and self.serving.namespace in (
+                self.control_plane.namespace, *(w.name for w in self.control_plane.workload_namespaces)):
+            raise ValueError(f"serving.namespace {self.serving.namespace!r} is already the control "
+                             "plane's or a workload namespace: give it its own")
+        if self.tracking is not None and self.tracking.namespace in (
+                self.control_plane.namespace, *(w.name for w in self.control_plane.workload_namespaces),
+                *((self.serving.namespace,) if self.serving else ())):
+            raise ValueError(f"tracking.namespace {self.tracking.namespace!r} is already used by "
+                             "another component: give it its own")
         if self.control_plane.image is None and CONTROL_PLANE_REPOSITORY not in self.registry.repositories:
             raise ValueError(
                 "controlPlane.image is required unless registry.repositories lists "
@@ -567,6 +704,17 @@ class ImageDigests(_Model):
 
     controlplane: Digest | None = None
     gameday: Digest | None = None
+    serving: Digest | None = None
+    tracking: Digest | None = None
+
+
+class ServedModelVersion(_Model):
+    """What the model server loads: ``models/<serving.model.name>/<version>/model.json`` of the
+    artifact bucket, only if its bytes have ``sha256`` (a torn or substituted object is never
+    served). A new version here is a new canary."""
+
+    version: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class ApplicationConfig(_Model):
@@ -578,13 +726,15 @@ class ApplicationConfig(_Model):
     # (`org/mlplatform/dev`).
     platform_stack: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+$")]
     images: ImageDigests = Field(default_factory=ImageDigests)
+    # Required where the environment sets `serving`.
+    served_model: ServedModelVersion | None = None
 
     @property
     def platform_stack_name(self) -> str:
         return self.platform_stack.rsplit("/", 1)[-1]
 
 
-APPLICATION_KEYS = ("layer", "platformStack", "images")
+APPLICATION_KEYS = ("layer", "platformStack", "images", "servedModel")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -18,7 +18,12 @@ Each check is a pure function of the declared resources and returns findings (em
 * ``retention``: CloudWatch log retention is a value CloudWatch accepts;
 * ``alarms``: each alarm carries exactly the dimensions its metric is published with;
 * ``capacity``: a workload-class pod template allows spot only for a checkpointable class, and
-  exactly the capacity its class declares.
+  exactly the capacity its class declares;
+* ``delivery``: every Argo Rollout keeps two replicas (its KEDA ScaledObject's minimum), a PDB,
+  readiness on every container and a zone spread, and rolls back by itself: its canary's
+  Services exist, every AnalysisTemplate it names exists and gets the arguments it needs, and
+  the analyses measure each of ``CANARY_SIGNALS``; every ScaledObject scales something that
+  exists.
 
 Facts about third-party charts and AWS metrics live in the tables below, with their source.
 """
@@ -95,7 +100,9 @@ METRIC_DIMENSIONS: dict[tuple[str, str], frozenset[str]] = {
 
 HELM_CHART = "kubernetes:helm.sh/v4:Chart"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob"})
+# Rollout: Argo Rollouts' replacement for a Deployment (same spec.template).
+POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob",
+                                "Rollout"})
 CLUSTER_SCOPED_KINDS = frozenset({
     "Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
     "StorageClass", "NodePool", "EC2NodeClass", "ValidatingWebhookConfiguration",
@@ -504,6 +511,94 @@ def check_capacity(resources: list[Declared]) -> list[Finding]:
     return out
 
 
+# What a canary must be measured on before it is promoted (metric names of its analyses):
+# errors, latency, and prediction quality on the golden set (provisioning/components/serving.py).
+CANARY_SIGNALS = ("error-ratio", "p99-latency", "golden-set")
+
+
+def _analysis_refs(canary: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+    """(analysis block, runs in the background) of a canary strategy: its background
+    ``analysis`` and each step's ``analysis``."""
+    refs = [(canary["analysis"], True)] if canary.get("analysis") else []
+    refs += [(step["analysis"], False) for step in canary.get("steps") or [] if step.get("analysis")]
+    return refs
+
+
+def _rollout_findings(r: Declared, objs: list[Declared]) -> list[str]:
+    ns, name, spec = _ns(r), _meta(r).get("name"), r.props.get("spec") or {}
+    template = pod_template(r.props) or {}
+    pod, labels = template.get("spec") or {}, (template.get("metadata") or {}).get("labels") or {}
+
+    def of(kind: str) -> list[Declared]:
+        return [o for o in objs if o.props["kind"] == kind and _ns(o) == ns]
+
+    problems = []
+    scalers = [o for o in of("ScaledObject")
+               if dig(o.props, "spec", "scaleTargetRef", "kind") == "Rollout"
+               and dig(o.props, "spec", "scaleTargetRef", "name") == name]
+    least = (dig(scalers[0].props, "spec", "minReplicaCount") if scalers
+             else spec.get("replicas", 1))
+    if int(least if least is not None else 0) < 2:
+        problems.append(f"runs with as few as {least} replica(s) "
+                        f"({'its ScaledObject minReplicaCount' if scalers else 'spec.replicas'}): "
+                        "one lost pod stops it")
+    if not any(_matches(dig(o.props, "spec", "selector"), labels) for o in of("PodDisruptionBudget")):
+        problems.append("no PodDisruptionBudget selects its pods")
+    for c in pod.get("containers") or []:
+        if not c.get("readinessProbe"):
+            problems.append(f"container {c.get('name')!r} has no readinessProbe: a pod gets "
+                            "traffic before it can answer")
+    if not any(t.get("topologyKey") == "topology.kubernetes.io/zone"
+               and t.get("whenUnsatisfiable") == "DoNotSchedule"
+               for t in pod.get("topologySpreadConstraints") or []):
+        problems.append("no zone spread with whenUnsatisfiable DoNotSchedule: one zone can "
+                        "hold every replica")
+    canary = dig(spec, "strategy", "canary")
+    if not isinstance(canary, Mapping):
+        return problems + ["no canary strategy: a bad version reaches every replica"]
+    services = {_meta(o).get("name") for o in of("Service")}
+    for key in ("canaryService", "stableService"):
+        if canary.get(key) not in services:
+            problems.append(f"strategy.canary.{key} {canary.get(key)!r} is not a Service of {ns}")
+    templates = {_meta(o).get("name"): o for o in of("AnalysisTemplate")}
+    measured: set[str] = set()
+    refs = _analysis_refs(canary)
+    if not any(background for _, background in refs):
+        problems.append("no background analysis: nothing aborts the canary between steps")
+    for block, _ in refs:
+        passed = {a.get("name") for a in block.get("args") or []}
+        for ref in block.get("templates") or []:
+            tpl = templates.get(ref.get("templateName"))
+            if tpl is None:
+                problems.append(f"analysis template {ref.get('templateName')!r} is not an "
+                                f"AnalysisTemplate of {ns}: the AnalysisRun fails, the rollout stalls")
+                continue
+            for arg in dig(tpl.props, "spec", "args") or []:
+                if "value" not in arg and "valueFrom" not in arg and arg.get("name") not in passed:
+                    problems.append(f"analysis template {ref['templateName']!r} needs argument "
+                                    f"{arg.get('name')!r}, which the Rollout does not pass")
+            measured |= {m.get("name") for m in dig(tpl.props, "spec", "metrics") or []}
+    missing = [sig for sig in CANARY_SIGNALS if sig not in measured]
+    if missing:
+        problems.append(f"the canary is never measured on {missing}: a version failing them "
+                        "would be promoted")
+    return problems
+
+
+def check_delivery(resources: list[Declared]) -> list[Finding]:
+    objs = _k8s(resources)
+    out = [Finding("delivery", r.name, problem) for r in objs if r.props["kind"] == "Rollout"
+           for problem in _rollout_findings(r, objs)]
+    for so in (o for o in objs if o.props["kind"] == "ScaledObject"):
+        target = dig(so.props, "spec", "scaleTargetRef") or {}
+        kind, name = target.get("kind", "Deployment"), target.get("name")
+        if not any(o.props["kind"] == kind and _ns(o) == _ns(so) and _meta(o).get("name") == name
+                   for o in objs):
+            out.append(Finding("delivery", so.name, f"scales {kind} {_ns(so)}/{name}, which the "
+                               "program never creates"))
+    return out
+
+
 CHECKS: dict[str, Callable[[list[Declared]], list[Finding]]] = {
     "namespaces": check_namespaces,
     "references": check_references,
@@ -514,6 +609,7 @@ CHECKS: dict[str, Callable[[list[Declared]], list[Finding]]] = {
     "retention": check_retention,
     "alarms": check_alarms,
     "capacity": check_capacity,
+    "delivery": check_delivery,
 }
 
 

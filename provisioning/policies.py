@@ -323,8 +323,9 @@ def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) ->
 
 
 def unmatched_pdbs(objects: list[Mapping[str, Any]]) -> list[str]:
-    """PDBs whose selector matches no Deployment's pod template in the same namespace."""
-    deployments = [o for o in objects if o.get("kind") == "Deployment"]
+    """PDBs whose selector matches no Deployment's (or Argo Rollout's) pod template in the
+    same namespace."""
+    deployments = [o for o in objects if o.get("kind") in ("Deployment", "Rollout")]
     bad = []
     for pdb in (o for o in objects if o.get("kind") == "PodDisruptionBudget"):
         ns = pdb["metadata"].get("namespace")
@@ -341,7 +342,7 @@ def unmatched_pdbs(objects: list[Mapping[str, Any]]) -> list[str]:
 def _pdbs(args: StackValidationArgs, report: Report) -> None:
     objects = [r.props for r in args.resources if r.resource_type.startswith("kubernetes:")]
     for name in unmatched_pdbs(objects):
-        report(f"PodDisruptionBudget {name} matches no Deployment", None)
+        report(f"PodDisruptionBudget {name} matches no Deployment or Rollout", None)
 
 
 pdb_matches_deployment = StackValidationPolicy(
@@ -351,6 +352,36 @@ pdb_matches_deployment = StackValidationPolicy(
     validate=_pdbs,
 )
 
+# -- model serving ---------------------------------------------------------------------------
+def _serving_ha(args: ResourceValidationArgs, report: Report) -> None:
+    """What a real `pulumi preview --policy-pack` can hold one resource at a time (the whole
+    picture is the offline `delivery` check, provisioning/deployability.py)."""
+    props, kind = args.props, args.props.get("kind")
+    api = str(props.get("apiVersion", ""))
+    spec = props.get("spec") or {}
+    if kind == "ScaledObject" and api.startswith("keda.sh/"):
+        if int(spec.get("minReplicaCount") or 0) < 2:
+            report("a ScaledObject must keep minReplicaCount >= 2: one lost pod must not stop "
+                   "what it scales", None)
+    elif kind == "Rollout" and api.startswith("argoproj.io/"):
+        canary = (spec.get("strategy") or {}).get("canary")
+        if not isinstance(canary, Mapping) or not canary.get("analysis"):
+            report("a Rollout must be a canary with a background analysis (automatic rollback)",
+                   None)
+        for c in (_pod_spec(props) or {}).get("containers") or []:
+            if not c.get("readinessProbe"):
+                report(f"Rollout container {c.get('name')!r} has no readinessProbe", None)
+
+
+serving_ha = ResourceValidationPolicy(
+    name="serving-ha",
+    description="Model serving: at least two replicas, readiness-gated pods, canaries analysed "
+                "and rolled back automatically.",
+    enforcement_level=MANDATORY,
+    validate=_serving_ha,
+)
+
+
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     buckets_private_versioned_encrypted,
     gpu_pools_tainted_and_system_on_demand,
@@ -359,6 +390,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     prod_database_ha,
     required_tags,
     no_wildcard_data_actions,
+    serving_ha,
 ]
 STACK_POLICIES: list[StackValidationPolicy] = [pdb_matches_deployment]
 ALL_POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [*RESOURCE_POLICIES, *STACK_POLICIES]

@@ -10,7 +10,8 @@ guaranteed to exist before this one (``Graph.before``), never merely registered 
 * ``pods-nodes``: what Pulumi or Helm waits on to become ready (a Helm release or v4 Chart
   without skipAwait, a Deployment / StatefulSet / Job) needs, for each of its pods, a pool
   existing at that point whose labels and taints admit it (Karpenter NodePools count once
-  Karpenter's chart exists);
+  Karpenter's chart exists); an Argo ``Rollout`` is held to the same (not awaited, but a
+  canary with no node never becomes available);
 * ``crd-first``: an object of a custom resource needs the chart that installs its CRD
   (with CRDs on) created before it;
 * ``karpenter-system``: Karpenter's NodePools / EC2NodeClasses need its chart first, and the
@@ -19,6 +20,9 @@ guaranteed to exist before this one (``Graph.before``), never merely registered 
 * ``job-inputs``: a Job (the migration hook that gates the Deployments) runs images pinned by
   digest and every Secret it reads is created (a Secret, or an ExternalSecret targeting it)
   before it;
+* ``setup-jobs-first``: a workload (Deployment, Rollout, Job) that reads a Secret a Job of its
+  namespace also reads is created after that Job (the migration, the database role the
+  credentials need); two such Jobs are ordered;
 * ``log-groups-first``: a log group AWS would create itself at the first write (EKS
   control-plane logs, RDS log exports) is declared, by that exact name, before the cluster or
   instance that writes to it.
@@ -42,6 +46,11 @@ NODE_GROUP_TYPES = frozenset({"eks:index:ManagedNodeGroup", "aws:eks/nodeGroup:N
 KARPENTER_NODEPOOL = "kubernetes:karpenter.sh/v1:NodePool"
 HELM_TYPES = frozenset({"kubernetes:helm.sh/v4:Chart", "kubernetes:helm.sh/v3:Release"})
 AWAITED_KINDS = frozenset({"Deployment", "StatefulSet", "Job"})  # a DaemonSet is ready on 0 nodes
+# Not awaited by Pulumi (a custom resource), but held to the same placement: a Rollout whose
+# pods fit no pool never becomes available and its canary analysis can only fail.
+PLACED_KINDS = frozenset({"Rollout"})
+# Workloads that run with credentials a setup Job (migration, database role) makes valid.
+SETUP_READERS = frozenset({"Deployment", "StatefulSet", "Rollout", "Job"})
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 CRITICAL_ADDONS = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 
@@ -88,6 +97,12 @@ CHART_PODS: dict[str, tuple[ChartPods, ...]] = {
         ChartPods("kube-state-metrics", ("kube-state-metrics",)),
         ChartPods("grafana", ("grafana",)),
     ),
+    # argo-rollouts values.yaml: the controller under controller.* (the dashboard is off).
+    "argo-rollouts": (ChartPods("controller", ("controller",)),),
+    # keda values.yaml: top-level nodeSelector/tolerations/affinity place the operator, the
+    # metrics API server and the admission webhooks alike.
+    "keda": (ChartPods("operator", ()), ChartPods("metrics-apiserver", ()),
+             ChartPods("admission-webhooks", ())),
 }
 
 # API group -> the chart installing its CRDs, and how that chart is told to install them.
@@ -95,9 +110,11 @@ CRD_CHARTS: dict[str, str] = {
     "karpenter.sh": "karpenter", "karpenter.k8s.aws": "karpenter",
     "external-secrets.io": "external-secrets", "generators.external-secrets.io": "external-secrets",
     "monitoring.coreos.com": "kube-prometheus-stack",
+    "argoproj.io": "argo-rollouts", "keda.sh": "keda",
 }
 CRD_SWITCH: dict[str, tuple[str, ...]] = {  # values key that must not be false
     "external-secrets": ("installCRDs",), "kube-prometheus-stack": ("crds", "enabled"),
+    "argo-rollouts": ("installCRDs",), "keda": ("crds", "install"),
 }
 BUILTIN_GROUPS = frozenset({
     "core", "apps", "batch", "policy", "autoscaling", "networking.k8s.io",
@@ -220,7 +237,7 @@ def rule_addon_nodes(graph: Graph) -> list[Finding]:
 def rule_pods_nodes(graph: Graph) -> list[Finding]:
     out = []
     for node in graph.nodes.values():
-        if not _awaits(node):
+        if not _awaits(node) and node.props.get("kind") not in PLACED_KINDS:
             continue
         if node.type in HELM_TYPES:
             placements = chart_placements(node)
@@ -327,6 +344,40 @@ def rule_job_inputs(graph: Graph) -> list[Finding]:
     return out
 
 
+def rule_setup_jobs_first(graph: Graph) -> list[Finding]:
+    """A workload that reads a Secret a Job of its namespace also reads runs after that Job
+    (the Job is the setup those credentials need: the schema migration, the database role);
+    two Jobs reading the same Secret run one after the other, never in parallel."""
+    jobs: dict[str, list[tuple[Node, set[str]]]] = {}
+    readers: list[tuple[Node, str, set[str]]] = []
+    for node in graph.nodes.values():
+        kind = node.props.get("kind")
+        if kind not in SETUP_READERS or not node.type.startswith("kubernetes:"):
+            continue
+        ns = str(dig(node.props, "metadata", "namespace"))
+        reads = _secret_refs(dig(node.props, "spec", "template", "spec") or {})
+        readers.append((node, ns, reads))
+        if kind == "Job":
+            jobs.setdefault(ns, []).append((node, reads))
+    out = []
+    for node, ns, reads in readers:
+        for job, job_reads in jobs.get(ns, []):
+            shared = sorted(reads & job_reads)
+            if job.urn == node.urn or not shared or job.urn in graph.before(node):
+                continue
+            if node.props.get("kind") == "Job":
+                if node.urn in graph.before(job) or node.urn > job.urn:
+                    continue  # ordered the other way, or the pair is reported once
+                out.append(Finding("setup-jobs-first", node.label, f"runs in parallel with "
+                                   f"{job.label}: both read Secret {ns}/{', '.join(shared)} and "
+                                   "neither waits for the other"))
+            else:
+                out.append(Finding("setup-jobs-first", node.label, f"reads Secret "
+                                   f"{ns}/{', '.join(shared)} but is created before "
+                                   f"{job.label}, the setup that makes it usable"))
+    return out
+
+
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 
 
@@ -364,6 +415,7 @@ RULES: dict[str, Callable[[Graph], list[Finding]]] = {
     "crd-first": rule_crd_first,
     "karpenter-system": rule_karpenter_system,
     "job-inputs": rule_job_inputs,
+    "setup-jobs-first": rule_setup_jobs_first,
     "log-groups-first": rule_log_groups_first,
 }
 

@@ -32,7 +32,10 @@ PROGRAM = PROJECT_ROOT / "provisioning" / "__main__.py"
 ACCOUNT = "123456789012"
 # Digests an application stack is rendered with when its config records none yet (before
 # `gameday infra image`): they change no resource, only the image references.
-PLACEHOLDER_IMAGES = {"controlplane": "sha256:" + "0" * 64, "gameday": "sha256:" + "1" * 64}
+PLACEHOLDER_IMAGES = {"controlplane": "sha256:" + "0" * 64, "gameday": "sha256:" + "1" * 64,
+                      "serving": "sha256:" + "2" * 64, "tracking": "sha256:" + "3" * 64}
+# Likewise the served model's version and digest (`mlplatform:servedModel`, set when published).
+PLACEHOLDER_MODEL = {"version": "v0", "sha256": "4" * 64}
 
 
 class RenderError(Exception):
@@ -281,6 +284,7 @@ def render(stack: str, root: Path = PROJECT_ROOT) -> Rendered:
     images = app_config.get(f"{PROJECT}:images") or {}
     if isinstance(images, dict):
         app_config = {**app_config, f"{PROJECT}:images": {**PLACEHOLDER_IMAGES, **images}}
+    app_config.setdefault(f"{PROJECT}:servedModel", PLACEHOLDER_MODEL)
     try:
         platform, platform_exports = run_stack(stack, config, OfflineMocks())
         application, app_exports = run_stack(app, app_config, OfflineMocks(platform_exports))

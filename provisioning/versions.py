@@ -116,3 +116,9 @@ def check_versions(kubernetes: str, allow_extended: bool, source: str, *,
     ``karpenter`` supports it."""
     check_karpenter(kubernetes, karpenter, source)
     check_eks_support(kubernetes, allow_extended, on or today(), source)
+
+# Progressive delivery add-ons of the serving layer (provisioning/components/delivery.py):
+# Argo Rollouts' chart (argoproj/argo-helm `argo-rollouts`; 2.40.2 ships controller v1.8.3)
+# and KEDA's (kedacore/charts `keda`). Neither version was checked against a cluster here.
+ARGO_ROLLOUTS_CHART_VERSION = "2.40.2"
+KEDA_CHART_VERSION = "2.17.2"

@@ -61,6 +61,8 @@ class ControlPlaneInputs:
     # The harness image of the scheduled game day (None when it is disabled).
     game_day_image: pulumi.Input[str] | None = None
     role_arns: dict[str, pulumi.Input[str]] = field(default_factory=dict)
+    # (namespace, port) of the tracking server, which training workloads log to.
+    tracking_endpoint: tuple[str, int] | None = None
 
 
 def _meta(name: str, namespace: str | None, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -422,6 +424,15 @@ class ControlPlane(pulumi.ComponentResource):
             opts=self._cp_opts,
         )
 
+    def _tracking_egress(self) -> list[dict[str, Any]]:
+        """Training runs log their metrics to the tracking server (its namespace, its port)."""
+        if self._in.tracking_endpoint is None:
+            return []
+        namespace, port = self._in.tracking_endpoint
+        return [{"to": [{"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": namespace}}}],
+                 "ports": [{"port": port, "protocol": "TCP"}]}]
+
     def _workload_namespace(self, ws: Any) -> k8s.core.v1.Namespace:
         ns_res = self._namespace(ws.name, "workloads", pss="baseline")
         opts = child(self, depends_on=[ns_res])
@@ -442,6 +453,7 @@ class ControlPlane(pulumi.ComponentResource):
                      "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
                     {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": self._in.database_cidrs}}],
                      "ports": [{"port": 443, "protocol": "TCP"}]},
+                    *self._tracking_egress(),
                 ],
             },
             opts=opts,

@@ -24,12 +24,17 @@ from provisioning import slo_source
 from provisioning.components.autoscaling import Karpenter
 from provisioning.components.common import Naming
 from provisioning.components.controlplane import ControlPlane, ControlPlaneInputs
+from provisioning.components.delivery import DeliveryAddons
 from provisioning.components.nodepools import NvidiaDevicePlugin, pool_labels
 from provisioning.components.observability import Observability
+from provisioning.components.serving import Serving, ServingInputs
+from provisioning.components.tracking import Tracking, TrackingInputs
 from provisioning.config import (
     CONTROL_PLANE_REPOSITORY,
     HARNESS_REPOSITORY,
     PROJECT,
+    SERVING_REPOSITORY,
+    TRACKING_REPOSITORY,
     ApplicationConfig,
     ConfigError,
     ImageConfig,
@@ -71,13 +76,21 @@ def image_reference(configured: ImageConfig | None, repository: str, digest: str
 def check_images(cfg: StackConfig, app: ApplicationConfig) -> None:
     """Every image this stack runs is pinned before anything is declared."""
     needed = {"controlplane": cfg.control_plane.image is None,
-              "gameday": cfg.game_day.enabled and cfg.game_day.image is None}
-    for key, digest in (("controlplane", app.images.controlplane), ("gameday", app.images.gameday)):
+              "gameday": cfg.game_day.enabled and cfg.game_day.image is None,
+              "serving": cfg.serving is not None and cfg.serving.image is None,
+              "tracking": cfg.tracking is not None and cfg.tracking.image is None}
+    for key, digest in (("controlplane", app.images.controlplane), ("gameday", app.images.gameday),
+                        ("serving", app.images.serving), ("tracking", app.images.tracking)):
         if needed[key] and digest is None:
             raise ConfigError(
                 f"{PROJECT}:images.{key} is not set in Pulumi.{pulumi.get_stack()}.yaml: build "
                 f"and push the image first (`gameday infra image --stack "
                 f"{app.platform_stack_name}` records its digest), then run this stack")
+    if cfg.serving is not None and app.served_model is None:
+        raise ConfigError(
+            f"{PROJECT}:servedModel is not set in Pulumi.{pulumi.get_stack()}.yaml: publish the "
+            f"model (models/{cfg.serving.model.name}/<version>/model.json and golden.json in the "
+            "artifact bucket), then set {version, sha256} (the sha256 of its model.json)")
 
 
 def cluster_provider(name: str, cluster_name: pulumi.Input[str], region: str
@@ -168,16 +181,43 @@ def build() -> None:
             database_secret_arn=need(out.DATABASE_SECRET_ARN),
             database_cidrs=need(out.DATABASE_CIDRS), image=image, image_pin=pin,
             game_day_image=game_day_image, role_arns=role_arns,
+            tracking_endpoint=(None if cfg.tracking is None
+                               else (cfg.tracking.namespace, cfg.tracking.port)),
         ),
         naming,
         opts=k8s_opts,
     )
-    Observability(
+    observability = Observability(
         f"{p}-obs", naming, objectives.rules, cfg.control_plane.namespace,
         ["reconciler", *(f"agent-{pool}" for pool in cfg.control_plane.agents)],
         cfg.observability.install_prometheus_stack,
         opts=pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=[control_plane]),
     )
+    if cfg.serving is not None:
+        # Argo Rollouts and KEDA (their CRDs) first; the Prometheus stack for the PodMonitor,
+        # the autoscaler's query and the analysis; Karpenter for the cpu pool's nodes.
+        delivery = DeliveryAddons(f"{p}-delivery", naming, opts=k8s_opts)
+        serving_image, _ = image_reference(cfg.serving.image, SERVING_REPOSITORY,
+                                           app.images.serving, "serving", repositories)
+        assert app.served_model is not None  # check_images ran before any resource
+        Serving(f"{p}-serving", ServingInputs(
+            cfg=cfg.serving, version=app.served_model, bucket_name=need(out.ARTIFACT_BUCKET),
+            region=region,
+            image=serving_image, check_image=image, role_arn=role_arns[out.SERVING_ROLE]),
+            naming, opts=pulumi.ResourceOptions(providers={"kubernetes": provider},
+                                                depends_on=[karpenter, delivery, observability]))
+    if cfg.tracking is not None:
+        tracking_image, tracking_pin = image_reference(
+            cfg.tracking.image, TRACKING_REPOSITORY, app.images.tracking, "tracking", repositories)
+        # After the control plane: its External Secrets chart owns the CRDs used here.
+        Tracking(f"{p}-tracking", TrackingInputs(
+            cfg=cfg.tracking, bucket_name=need(out.ARTIFACT_BUCKET), region=region,
+            database_address=need(out.DATABASE_ADDRESS),
+            database_secret_arn=need(out.DATABASE_SECRET_ARN), image=tracking_image,
+            image_pin=tracking_pin, setup_image=image, setup_pin=pin,
+            role_arn=role_arns[out.TRACKING_ROLE], db_reader_role_arn=role_arns[out.TRACKING_DB_ROLE]),
+            naming, opts=pulumi.ResourceOptions(providers={"kubernetes": provider},
+                                                depends_on=[control_plane]))
     pulumi.export("controlPlaneNamespace", control_plane.namespace)
     pulumi.export("controlPlaneImage", image)
     # Credentials come from `gameday infra kube-token` at use: the kubeconfig holds none.

@@ -18,6 +18,9 @@ REPOSITORIES = "repositories"
 ROLE_ARNS = "roleArns"
 KMS_KEY_ARN = "kmsKeyArn"
 KARPENTER = "karpenter"  # {queueName, controllerRoleArn, instanceProfiles: {pool: name}}
+# roleArns keys of the model server, the tracking server, and the tracking namespace's
+# External Secrets reader (the RDS master secret, for the job that creates its role).
+SERVING_ROLE, TRACKING_ROLE, TRACKING_DB_ROLE = "serving", "tracking", "tracking-external-secrets-db"
 
 REQUIRED_BY_APPLICATION = (
     ENVIRONMENT, CLUSTER_NAME, ARTIFACT_BUCKET, DATABASE_ADDRESS, DATABASE_SECRET_ARN,
@@ -33,4 +36,8 @@ def role_names(cfg: StackConfig) -> list[str]:
              *(f"workload-{ws.name}" for ws in cfg.control_plane.workload_namespaces)]
     if cfg.game_day.enabled:
         names.append("gameday")
+    if cfg.serving is not None:
+        names.append(SERVING_ROLE)
+    if cfg.tracking is not None:
+        names += [TRACKING_ROLE, TRACKING_DB_ROLE]
     return names

@@ -32,8 +32,48 @@ from provisioning.components.network import Network
 from provisioning.components.nodepools import NodePool
 from provisioning.components.observability import Alarms
 from provisioning.components.registry import Registry
-from provisioning.config import aws_region, check_default_tags, load_stack_config
+from provisioning.components.serving import SERVICE_ACCOUNT as SERVING_SA
+from provisioning.components.tracking import DB_READER_SA, TRACKING_SA
+from provisioning.config import StackConfig, aws_region, check_default_tags, load_stack_config
 from provisioning.layers import outputs as out
+
+
+def delivery_grants(cfg: StackConfig, bucket_arn: pulumi.Input[str], key_arn: pulumi.Input[str],
+                    master_secret_arn: pulumi.Input[str]) -> dict[str, tuple[str, str, list]]:
+    """IRSA grants of the model server (read its models), the tracking server (its artifact
+    prefix) and the tracking namespace's secret reader (the RDS master secret, used once by
+    the job that creates the tracking database and role)."""
+    def objects(prefix: str) -> pulumi.Output[str]:
+        return pulumi.Output.concat(bucket_arn, f"/{prefix}/*")
+
+    def listed(prefix: str) -> dict:
+        return {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}}
+
+    grants: dict[str, tuple[str, str, list]] = {}
+    if cfg.serving is not None:
+        grants[out.SERVING_ROLE] = (cfg.serving.namespace, SERVING_SA, [
+            listed("models"),
+            {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects("models")]},
+            {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
+        ])
+    if cfg.tracking is not None:
+        prefix = cfg.tracking.artifact_prefix
+        grants[out.TRACKING_ROLE] = (cfg.tracking.namespace, TRACKING_SA, [
+            listed(prefix),
+            {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                           "s3:AbortMultipartUpload"],
+             "Resource": [objects(prefix)]},
+            {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+             "Resource": [key_arn]},
+        ])
+        grants[out.TRACKING_DB_ROLE] = (cfg.tracking.namespace, DB_READER_SA, [
+            {"Effect": "Allow",
+             "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+             "Resource": [master_secret_arn]},
+            {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
+        ])
+    return grants
 
 
 def build() -> None:
@@ -115,6 +155,7 @@ def build() -> None:
         **{f"workload-{ws.name}": (ws.name, "workload", write_artifacts)
            for ws in cfg.control_plane.workload_namespaces},
     }
+    grants.update(delivery_grants(cfg, bucket_arn, key.arn, database.master_secret_arn))
     role_arns: dict[str, pulumi.Input[str]] = {
         sa: WorkloadIdentity(f"{p}-irsa-{sa}", naming, ns, name, cluster.oidc_provider_arn,
                              cluster.oidc_provider_url, statements).role_arn

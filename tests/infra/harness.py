@@ -14,6 +14,7 @@ from typing import Any
 from provisioning.render import (
     ACCOUNT,
     PLACEHOLDER_IMAGES,
+    PLACEHOLDER_MODEL,
     OfflineMocks,
     OfflineMonitor,
     Resource,
@@ -127,7 +128,8 @@ def run_program(stack: str, patch: dict[str, Any] | None = None, objectives: Any
             resources += found
         if "application" in layers:
             app = app_stack(stack)
-            app_config = merge(merge(stack_config(app), {f"{PROJECT}:images": TEST_IMAGES}),
+            app_config = merge(merge(stack_config(app), {f"{PROJECT}:images": TEST_IMAGES,
+                                                         f"{PROJECT}:servedModel": PLACEHOLDER_MODEL}),
                                 app_patch or {})
             found, exports[app] = run_stack(app, app_config, PlatformMocks(exports.get(stack, {})))
             resources += found

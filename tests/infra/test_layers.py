@@ -14,7 +14,7 @@ import pytest
 
 from provisioning.config import ConfigError
 from provisioning.layers import outputs as out
-from provisioning.render import merge, run_stack
+from provisioning.render import PLACEHOLDER_MODEL, merge, run_stack
 from tests.infra.harness import (
     TEST_IMAGES,
     PlatformMocks,
@@ -29,7 +29,8 @@ STACKS = ("dev", "staging", "prod")
 
 def _app_run(stack: str, platform_outputs: dict[str, Any], app_patch: dict | None = None) -> Any:
     """The application layer alone, on the given platform outputs."""
-    config = merge(merge(stack_config(app_stack(stack)), {"mlplatform:images": TEST_IMAGES}),
+    config = merge(merge(stack_config(app_stack(stack)), {"mlplatform:images": TEST_IMAGES,
+                                                          "mlplatform:servedModel": PLACEHOLDER_MODEL}),
                    app_patch or {})
     return run_stack(app_stack(stack), config, PlatformMocks(platform_outputs))
 

@@ -29,7 +29,7 @@ OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0),
 K8S_VERSION = "1.33.0"  # the cluster's pinned kubernetesVersion
 # CRDs have no schema in kubernetes-validate; they are checked structurally below instead.
 CRD_GROUPS = ("monitoring.coreos.com", "external-secrets.io", "generators.external-secrets.io",
-              "karpenter.sh", "karpenter.k8s.aws")
+              "karpenter.sh", "karpenter.k8s.aws", "argoproj.io", "keda.sh")
 CLUSTER_SCOPED_CRD_GROUPS = ("karpenter.sh", "karpenter.k8s.aws")  # NodePool, EC2NodeClass
 
 
@@ -95,6 +95,12 @@ def _mutate(run: Run, type_: str, fn: Any, name: str = "") -> list[Resource]:
     ("kubernetes:policy/v1:PodDisruptionBudget",
      lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/component": "nothing"}),
      "matches no Deployment"),
+    ("kubernetes:keda.sh/v1alpha1:ScaledObject", lambda p: p["spec"].update(minReplicaCount=1),
+     "minReplicaCount >= 2"),
+    ("kubernetes:argoproj.io/v1alpha1:Rollout",
+     lambda p: p["spec"]["strategy"]["canary"].pop("analysis"), "background analysis"),
+    ("kubernetes:argoproj.io/v1alpha1:Rollout", lambda p: p["spec"]["template"]["spec"][
+        "containers"][0].pop("readinessProbe"), "has no readinessProbe"),
 ])
 def test_policies_catch_violations(runs: dict[str, Run], type_: str, mutation: Any, expected: str) -> None:
     found = violations(_mutate(runs["prod"], type_, mutation))

@@ -76,7 +76,8 @@ def test_registries_immutable_scanned_kms_with_lifecycle(runs: dict[str, Run]) -
     run = runs["prod"]
     repos = run.of_type("aws:ecr/repository:Repository")
     assert {r.props["name"] for r in repos} == {"mlplatform-prod/controlplane", "mlplatform-prod/gameday",
-                                                  "mlplatform-prod/workloads/trainer"}
+                                                  "mlplatform-prod/workloads/trainer",
+                                                  "mlplatform-prod/serving", "mlplatform-prod/tracking"}
     for r in repos:
         assert r.props["imageTagMutability"] == "IMMUTABLE"
         assert r.props["imageScanningConfiguration"]["scanOnPush"] is True
@@ -116,8 +117,9 @@ def test_database_follows_objectives(runs: dict[str, Run]) -> None:
 def test_control_plane_deployments(runs: dict[str, Run]) -> None:
     run = runs["prod"]
     deps = {d.props["metadata"]["name"]: d.props for d in run.of_type("kubernetes:apps/v1:Deployment")}
+    # and the tracking server (tests/infra/test_serving_infra.py)
     assert set(deps) == {"controlplane-api", "controlplane-reconciler", "controlplane-agent-cpu",
-                         "controlplane-agent-gpu"}
+                         "controlplane-agent-gpu", "mlflow"}
     api = deps["controlplane-api"]
     assert api["spec"]["replicas"] == 3
     pod = api["spec"]["template"]["spec"]
