@@ -205,7 +205,9 @@ def api(dsn: str | None, host: str, port: int, lease_seconds: float, retry_base:
     os.environ["CONTROLPLANE_LOG_LEVEL"] = log_level
     options: dict[str, Any] = {
         "factory": True, "host": host, "port": port, "workers": workers, "log_config": None,
-        "access_log": False, "loop": "uvloop", "http": "httptools", "timeout_graceful_shutdown": 5}
+        "access_log": False, "loop": "uvloop", "timeout_graceful_shutdown": 5,
+        # httptools, with a small answer's head and body in one write (api/joined_writes.py)
+        "http": "controlplane.api.joined_writes:JoinedWritesProtocol"}
     if workers > 1:  # uvicorn's supervisor makes its own servers
         uvicorn.run("controlplane.api.app:app_from_env", **options)
         return

@@ -14,6 +14,7 @@ nearly busy, which is what made the tail (docs/performance.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections import deque
@@ -30,6 +31,8 @@ from controlplane.store.submissions import SubmitItem, SubmitResult, submit_many
 # an idle spell counts as at most this gap, so the rate estimate catches up with a burst within
 # a few dozen arrivals instead of a few hundred
 _GAP_CAP = 0.02
+
+log = logging.getLogger("controlplane.api")
 
 
 class GroupCommit:
@@ -125,11 +128,23 @@ class GroupCommit:
                 fut.set_exception(res)
             else:
                 fut.set_result(res)
+        _log_accepted(results)  # after the answers: nothing here may keep one waiting
 
     async def close(self) -> None:
         """Let the groups in flight finish: their requests are being answered."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
+
+
+def _log_accepted(results: list[SubmitResult | Exception]) -> None:
+    """One line per committed group, naming every operation it created. A line per submission
+    was the API's largest remaining cost of its own under load (docs/performance.md); the
+    durable record of each is its `accepted` event, committed with it."""
+    ids = [str(r.operation.get("id")) for r in results
+           if isinstance(r, SubmitResult) and r.created]
+    if ids:
+        log.info("submissions accepted", extra={"action": "submit", "count": len(ids),
+                                                "operation_ids": ids})
 
 
 def _presumed(item: SubmitItem) -> SubmitResult:

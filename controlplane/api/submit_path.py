@@ -8,7 +8,6 @@ from typing import Any
 
 from controlplane import metrics
 from controlplane.api import serialize
-from controlplane.api.deps import log
 from controlplane.api.group_commit import GroupCommit
 from controlplane.models import OperationSpec
 from controlplane.store import StoreUnavailable
@@ -37,12 +36,9 @@ async def commit(commits: GroupCommit, p: auth_store.Principal, key: str,
 
 
 def answer(res: SubmitResult, p: auth_store.Principal, spec: OperationSpec) -> tuple[int, bytes]:
-    """Count and log a committed submission; its status and JSON body."""
+    """Count a committed submission (its group logged it: api/group_commit.py); its status and
+    JSON body."""
     metrics.SUBMISSIONS.labels(p.project, spec.queue,
                                "accepted" if res.created else "duplicate").inc()
-    if res.created:
-        log.info("submission accepted", extra={
-            "action": "submit", "operation_id": str(res.operation["id"]),
-            "project": p.project, "queue": spec.queue})
     body = json.dumps(serialize.operation(res.operation, p.project), separators=(",", ":"))
     return (201 if res.created else 200), body.encode()

@@ -57,8 +57,10 @@ def _encoded(spec: dict[str, Any]) -> tuple[str, str]:
 # groups holding the same keys (a client retrying on two replicas) cannot deadlock.
 _SUBMIT_MANY = """
 WITH v AS (
-    SELECT * FROM unnest(%(op_id)s::uuid[], %(project_id)s::uuid[], %(key)s::text[],
-                         %(hash)s::text[], %(spec)s::jsonb[], %(actor)s::text[])
+    -- binary parameters: psycopg dumps a text array in text form by escaping every
+    -- element with a regular expression, a tenth of the API's CPU per submission under load
+    SELECT * FROM unnest(%(op_id)b::uuid[], %(project_id)b::uuid[], %(key)b::text[],
+                         %(hash)b::text[], %(spec)b::text[]::jsonb[], %(actor)b::text[])
         AS v(op_id, project_id, key, hash, spec, actor)
 ), ins AS (
     -- the columns copied from the document are read from it here: five fewer arrays to
