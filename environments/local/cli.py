@@ -61,6 +61,11 @@ def _components_table(status: dict[str, Any]) -> Table:
         health = "[green]healthy[/]" if comp["healthy"] else f"[red]{comp['detail']}[/]"
         if comp.get("role"):
             health += f" [cyan]{comp['role']}[/]"
+        if comp.get("model"):  # a model server: its version, and why it is not ready
+            model = comp["model"]
+            health += f" [cyan]{model.get('version')} {model.get('state')}[/]"
+            if model.get("state") != "ready":
+                health += f" {model.get('reason')}"
         ports = " ".join(f"{k}={v}" for k, v in comp["ports"].items())
         table.add_row(name, str(comp["pid"] or "-"), ports, health)
     return table
@@ -112,15 +117,19 @@ def env_group() -> None:
               help="Put each database member's data directory on a fault-injecting FUSE "
                    "mount (disk-0, disk-1: docs/faultfs.md) so `gameday fault disk-*` can make "
                    "it slow, full or failing. Default: as the environment was created (off).")
+@click.option("--serving/--no-serving", default=None,
+              help="Also start model serving: KServe model servers behind HAProxy's serving "
+                   "frontend (docs/serving.md). Default: as the environment was created (off).")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
-           show_secrets: bool, platform: str, storage_faults: bool | None) -> None:
+           show_secrets: bool, platform: str, storage_faults: bool | None,
+           serving: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
     from environments.local.env import LocalEnvironment, state_dir_for
 
     problem = unwritable(state_dir_for(name, home), "the state directory")
     if problem:
         raise click.ClickException(problem)
-    env = LocalEnvironment(name, home, storage_faults=storage_faults)
+    env = LocalEnvironment(name, home, storage_faults=storage_faults, serving=serving)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
         def report(message: str) -> None:
