@@ -68,8 +68,9 @@ def request_ok(record: RequestRecord) -> bool:
 
 
 # Routes the load generator prefixes with "s3:" are object-store downloads, not the platform's
-# API: an artifact-store outage must show in artifact SLIs, not as API unavailability.
-NON_API_ROUTE_PREFIXES = ("s3:",)
+# API: an artifact-store outage must show in artifact SLIs, not as API unavailability. Those
+# with "serving:" are predictions, judged by the serving SLIs (inference.jsonl).
+NON_API_ROUTE_PREFIXES = ("s3:", "serving:")
 
 
 def api_availability(requests: Iterable[RequestRecord]) -> list[Outcome]:

@@ -19,6 +19,10 @@ import pytest
 from controlplane.serving.catalog import GOLDEN, GOLDEN_INPUTS, MODEL_NAME, publish
 from environments.local import motoserver, serving
 from environments.local.ports import reserve_port
+from loadtests.runner import start as start_load
+from loadtests.scenario import load_scenario
+from slo import sli
+from slo.inference_ledger import read as read_inference
 
 BUCKET = "ml-artifacts"
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -168,3 +172,33 @@ def test_a_bad_artifact_misbehaves_as_its_behaviour_says(moto: str, tmp_path: Pa
     answer = slow.infer([GOLDEN_INPUTS[0]])
     assert answer.status_code == 200 and answer.headers["x-model-version"] == "v2-slow"
     assert time.monotonic() - started >= 0.4
+
+
+def _inference_run(replica: Replica, out: Path) -> list:  # type: ignore[type-arg]
+    """Locust's Inferrer users alone against ``replica`` for a few seconds; the ledger."""
+    scn = load_scenario("gameday")
+    idle = {name: getattr(scn.users, name).model_copy(update={"count": 0})
+            for name in ("submitter", "poller", "artifact_reader")}
+    scn = scn.model_copy(update={"users": scn.users.model_copy(update=idle)})
+    run = start_load(scn, "http://127.0.0.1:9", "unused", out, duration=4.0,
+                     serving_endpoint=replica.url, serving_model=MODEL_NAME)
+    run.wait()
+    return read_inference(out / "inference.jsonl")
+
+
+def test_the_inference_users_ledger_says_who_answered_and_whether_right(
+        moto: str, tmp_path: Path, replicas: list[Replica]) -> None:
+    for version in ("v1", "v2-garbage"):
+        publish(_put(moto), version)
+        (tmp_path / version).mkdir()
+        replica = Replica(tmp_path / version, moto, version, serving.digest_of(version))
+        replicas.append(replica)
+        replica.wait_for(lambda r=replica: r.ready_code() == 200)
+        records = _inference_run(replica, tmp_path / f"load-{version}")
+        assert len(records) >= 10, records
+        assert {r.version for r in records} == {version}
+        assert sli.count(sli.serving_success(records)) == (len(records), len(records))
+        good, total = sli.count(sli.serving_correctness(records))
+        assert total == len(records)
+        # v1 answers every golden row right; the garbage weights get each one wrong
+        assert good == (total if version == "v1" else 0), version
