@@ -274,7 +274,8 @@ def status_of(state: EnvState, processes: Processes, db: LocalDatabase,
             "ports": spec.ports, "health_url": spec.health.url, "log": str(state.log_file(name)),
         }
         if spec.kind == serving.KIND:  # why a replica is (not) ready, in its own words
-            components[name]["model"] = serving.model_status(state.dir, name)
+            components[name]["model"] = serving.model_status(state.dir, name,
+                                                             processes.main_pid(name))
         if spec.kind == "patroni":
             components[name]["role"] = roles.get(name)
             components[name]["postmaster_pid"] = processes.postmaster_pid(name)

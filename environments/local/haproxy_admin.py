@@ -47,3 +47,16 @@ def servers(socket_path: str | Path, backend: str) -> dict[str, dict[str, str]]:
     rows = [dict(zip(names, ln.split())) for ln in lines
             if not ln.startswith("#") and len(ln.split()) == len(names)]
     return {row["srv_name"]: row for row in rows}
+
+
+def sessions(socket_path: str | Path, backend: str) -> dict[str, int]:
+    """server -> how many sessions HAProxy has sent it since it started (``show stat``'s
+    ``stot``): the traffic split, counted by the load balancer itself."""
+    text = command(socket_path, "show stat")
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("# pxname"):
+        raise HaproxyAdminError(f"show stat: unexpected answer {text[:200]!r}")
+    names = lines[0][2:].split(",")
+    rows = [dict(zip(names, ln.split(","))) for ln in lines[1:] if ln.strip()]
+    return {r["svname"]: int(r["stot"] or 0) for r in rows
+            if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")}

@@ -142,12 +142,20 @@ def publish_catalog(put: Callable[[str, bytes], None]) -> dict[str, str]:
     return {version: publish(put, version) for version in VERSIONS}
 
 
-def model_status(state: Path, replica: str) -> dict[str, Any] | None:
-    """What the replica last said of its model (state, version, reason), or None."""
-    try:
-        return json.loads(status_file(state, replica).read_text())
-    except (OSError, ValueError):
+def model_status(state: Path, replica: str, pid: int | None) -> dict[str, Any] | None:
+    """What the running replica (process ``pid``) last said of its model: state, version,
+    reason. A file left by an earlier process of the replica (killed, restarted) is not its
+    word: until the new one writes, the model is "starting"."""
+    if pid is None:
         return None
+    try:
+        said = json.loads(status_file(state, replica).read_text())
+    except (OSError, ValueError):
+        said = None
+    if not said or said.get("pid") != pid:
+        return {"state": "starting", "reason": "the model server is starting (nothing loaded)",
+                "pid": pid}
+    return said
 
 
 def replicas(components: Mapping[str, ComponentSpec]) -> list[str]:

@@ -1,0 +1,143 @@
+"""Model serving in a real local environment (`env up --serving`): two KServe replicas behind
+HAProxy's serving frontend. tier2: it brings up an environment of its own (about 40 s)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controlplane.serving.catalog import GOLDEN, MODEL_NAME
+from environments.local import haproxy_admin, procs, serving
+from environments.local.env import LocalEnvironment
+
+pytestmark = pytest.mark.tier2
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[LocalEnvironment]:
+    home = Path(tempfile.mkdtemp(prefix="gameday-serving-"))
+    os.chmod(home, 0o755)  # the postgres OS user enters it
+    env = LocalEnvironment("pytest-serving", home, serving=True)
+    problems = env.preflight() + serving.preflight()
+    if problems:
+        pytest.skip("serving cannot run here: " + "; ".join(problems))
+    env.up()
+    try:
+        yield env
+    finally:
+        env.down()
+        assert procs.marked_processes(env.state_dir) == [], "processes left after down"
+        shutil.rmtree(home, ignore_errors=True)
+
+
+class Load:
+    """Four clients posting golden rows to the serving frontend until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.results = url, []  # (status or error, version)
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run) for _ in range(4)]
+
+    def run(self) -> None:
+        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                            "data": list(GOLDEN.inputs[1])}]}
+        with httpx.Client(timeout=5) as client:
+            while not self.stop.is_set():
+                try:
+                    r = client.post(f"{self.url}/v2/models/{MODEL_NAME}/infer", json=body)
+                    self.results.append((r.status_code, r.headers.get("x-model-version")))
+                except httpx.HTTPError as exc:
+                    self.results.append((type(exc).__name__, None))
+                time.sleep(0.01)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+def test_up_serves_the_model_through_haproxy_from_both_replicas(env: LocalEnvironment) -> None:
+    status = env.status()
+    for name in serving.replica_names():
+        comp = status["components"][name]
+        assert comp["healthy"], comp
+        assert comp["model"]["state"] == "ready" and comp["model"]["version"] == "v1"
+    states = haproxy_admin.servers(env.endpoints["haproxy_socket"], serving.BACKEND)
+    assert {n: s["srv_op_state"] for n, s in states.items()} == {"model-1": "2", "model-2": "2"}
+
+
+def test_a_replica_killed_under_load_costs_no_request(env: LocalEnvironment) -> None:
+    with Load(env.endpoints["serving"]) as load:
+        time.sleep(2)
+        env.faults.kill("model-1")
+        time.sleep(5)
+    outcomes = Counter(status for status, _ in load.results)
+    assert outcomes[200] == len(load.results) > 100, outcomes
+    env.faults.restore_all()
+    env.wait_healthy(["model-1"], 60)
+
+
+def test_a_replica_that_cannot_read_the_store_stays_out_saying_why(env: LocalEnvironment) -> None:
+    socket = env.endpoints["haproxy_socket"]
+    env.faults.artifact_store_unreachable()
+    try:
+        env.faults.kill("model-2")
+        env.spawn("model-2")  # a scale-up while the store is cut off
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            said = serving.model_status(env.state_dir, "model-2", env.main_pid("model-2"))
+            if said and said["state"] == "unready":
+                break
+            time.sleep(0.25)
+        assert said and said["state"] == "unready", said
+        assert said["reason"].startswith("artifact store unreachable"), said
+        assert env.check("model-2") == (False, (
+            f"GET {env.components['model-2'].health.url} -> HTTP 503"))
+        with Load(env.endpoints["serving"]) as load:
+            time.sleep(2)
+        # every request answered, all by the replica whose model is loaded
+        assert Counter(s for s, _ in load.results) == Counter({200: len(load.results)})
+        assert haproxy_admin.servers(socket, serving.BACKEND)["model-2"]["srv_op_state"] == "0"
+    finally:
+        env.faults.restore_all()
+    env.wait_healthy(["model-2"], 60)
+    assert serving.model_status(env.state_dir, "model-2", env.main_pid("model-2"))["state"] == "ready"
+
+
+def test_weights_through_the_admin_socket_split_the_traffic(env: LocalEnvironment) -> None:
+    socket = env.endpoints["haproxy_socket"]
+    for name in serving.replica_names():
+        env.wait_healthy([name], 60)
+    def split(weight_2: int) -> tuple[int, int]:
+        haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", weight_2)
+        before = haproxy_admin.sessions(socket, serving.BACKEND)
+        with Load(env.endpoints["serving"]) as load:
+            time.sleep(2)
+        after = haproxy_admin.sessions(socket, serving.BACKEND)
+        assert Counter(s for s, _ in load.results) == Counter({200: len(load.results)})
+        return after["model-1"] - before["model-1"], after["model-2"] - before["model-2"]
+
+    try:
+        one, two = split(0)
+        assert one > 20 and two == 0, (one, two)
+        assert haproxy_admin.servers(socket, serving.BACKEND)["model-2"]["srv_uweight"] == "0"
+        one, two = split(25)  # a canary's 20 %: 25 against 100
+        assert 0.08 < two / (one + two) < 0.35, (one, two)
+    finally:
+        haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", 100)
+    with pytest.raises(ValueError, match="HAProxy takes 0..256"):
+        haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", 300)
