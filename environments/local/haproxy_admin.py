@@ -49,14 +49,23 @@ def servers(socket_path: str | Path, backend: str) -> dict[str, dict[str, str]]:
     return {row["srv_name"]: row for row in rows}
 
 
-def sessions(socket_path: str | Path, backend: str) -> dict[str, int]:
-    """server -> how many sessions HAProxy has sent it since it started (``show stat``'s
-    ``stot``): the traffic split, counted by the load balancer itself."""
+COUNTERS = ("stot", "hrsp_2xx", "hrsp_4xx", "hrsp_5xx")
+
+
+def counters(socket_path: str | Path, backend: str) -> dict[str, dict[str, int]]:
+    """server -> HAProxy's own counts since it started (``show stat``): ``stot`` sessions
+    (requests, in HTTP mode), ``hrsp_2xx`` / ``hrsp_4xx`` / ``hrsp_5xx`` answers by class."""
     text = command(socket_path, "show stat")
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# pxname"):
         raise HaproxyAdminError(f"show stat: unexpected answer {text[:200]!r}")
     names = lines[0][2:].split(",")
     rows = [dict(zip(names, ln.split(","))) for ln in lines[1:] if ln.strip()]
-    return {r["svname"]: int(r["stot"] or 0) for r in rows
+    return {r["svname"]: {c: int(r.get(c) or 0) for c in COUNTERS} for r in rows
             if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def sessions(socket_path: str | Path, backend: str) -> dict[str, int]:
+    """server -> the requests HAProxy has sent it: the traffic split, counted by the load
+    balancer itself."""
+    return {server: c["stot"] for server, c in counters(socket_path, backend).items()}
