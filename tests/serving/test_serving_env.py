@@ -3,6 +3,8 @@ HAProxy's serving frontend. tier2: it brings up an environment of its own (about
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -16,8 +18,11 @@ import httpx
 import pytest
 
 from controlplane.serving.catalog import GOLDEN, MODEL_NAME
+from controlplane.serving.rollout import Action, Policy
 from environments.local import haproxy_admin, procs, serving
 from environments.local.env import LocalEnvironment
+from environments.local.serving_rollout import RolloutController, reset
+from environments.timeline import utcnow
 
 pytestmark = pytest.mark.tier2
 
@@ -81,14 +86,16 @@ def test_up_serves_the_model_through_haproxy_from_both_replicas(env: LocalEnviro
 
 
 def test_a_replica_killed_under_load_costs_no_request(env: LocalEnvironment) -> None:
-    with Load(env.endpoints["serving"]) as load:
-        time.sleep(2)
-        env.faults.kill("model-1")
-        time.sleep(5)
+    try:
+        with Load(env.endpoints["serving"]) as load:
+            time.sleep(2)
+            env.faults.kill("model-1")
+            time.sleep(5)
+    finally:
+        env.faults.restore_all()
+    env.wait_healthy(["model-1"], 60)
     outcomes = Counter(status for status, _ in load.results)
     assert outcomes[200] == len(load.results) > 100, outcomes
-    env.faults.restore_all()
-    env.wait_healthy(["model-1"], 60)
 
 
 def test_a_replica_that_cannot_read_the_store_stays_out_saying_why(env: LocalEnvironment) -> None:
@@ -141,3 +148,66 @@ def test_weights_through_the_admin_socket_split_the_traffic(env: LocalEnvironmen
         haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", 100)
     with pytest.raises(ValueError, match="HAProxy takes 0..256"):
         haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", 300)
+
+
+def _shares_since(env: LocalEnvironment, since: str) -> list[tuple[int, str]]:
+    """(canary share, its version) of each rollout_share note on the timeline after ``since``."""
+    out = []
+    for line in env.timeline_file.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["fault"] == "rollout_share" and entry["time"] > since:
+            out.append((entry["details"]["share"], entry["details"]["version"]))
+    return out
+
+
+POLICY = Policy(steps=(10, 50, 100), min_requests=10)
+
+
+def test_a_good_version_is_rolled_out_to_every_replica(env: LocalEnvironment) -> None:
+    since = utcnow()
+    controller = RolloutController(env.state, env.processes)
+    try:
+        with Load(env.endpoints["serving"]) as load:
+            result = controller.run("v2", POLICY, step_seconds=3.0)
+        assert result.outcome is Action.DONE, result
+        assert [s["decision"] for s in result.steps] == ["step", "step", "done"]
+        assert {controller.deployed(r) for r in serving.replica_names()} == {"v2"}
+        assert Counter(s for s, _ in load.results) == Counter({200: len(load.results)})
+        assert {v for _, v in load.results} == {"v1", "v2"}
+        assert [s for s, _ in _shares_since(env, since)] == [0, 10, 50, 100, 50]
+    finally:
+        reset(env.state, env.processes)
+
+
+@pytest.mark.parametrize("bad", ["v2-errors", "v2-slow", "v2-garbage"])
+def test_a_bad_version_is_rolled_back_and_few_requests_meet_it(env: LocalEnvironment,
+                                                               bad: str) -> None:
+    since = utcnow()
+    controller = RolloutController(env.state, env.processes)
+    try:
+        with Load(env.endpoints["serving"]) as load:
+            result = controller.run(bad, POLICY, step_seconds=3.0)
+            time.sleep(1)
+        assert result.outcome is Action.ROLLBACK, result
+        assert {controller.deployed(r) for r in serving.replica_names()} == {"v1"}
+        # the canary had 10 % for one step of 3 s, then none
+        answered_by_bad = sum(1 for _, v in load.results if v == bad)
+        assert 0 < answered_by_bad / len(load.results) < 0.1, Counter(v for _, v in load.results)
+        assert _shares_since(env, since) == [(0, "v1"), (10, bad), (0, bad), (50, "v1")]
+    finally:
+        reset(env.state, env.processes)
+
+
+def test_with_rollback_off_the_bad_version_keeps_serving(env: LocalEnvironment) -> None:
+    """What the defect "rollback off" looks like: the controller holds a failing canary at its
+    share until it gives up, so the bad version keeps answering a share of the requests."""
+    controller = RolloutController(env.state, env.processes)
+    try:
+        with Load(env.endpoints["serving"]) as load:
+            result = controller.run("v2-garbage", dataclasses.replace(POLICY, rollback=False),
+                                    step_seconds=2.0, max_holds=1)
+        assert result.outcome is Action.HOLD and "rollback is off" in result.reasons
+        assert controller.deployed("model-2") == "v2-garbage"
+        assert sum(1 for _, v in load.results if v == "v2-garbage") / len(load.results) > 0.05
+    finally:
+        reset(env.state, env.processes)
