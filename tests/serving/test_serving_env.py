@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -49,6 +50,7 @@ class Load:
 
     def __init__(self, url: str) -> None:
         self.url, self.results = url, []  # (status or error, version)
+        self.times: list[float] = []  # when each result's request was sent (epoch seconds)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self.run) for _ in range(4)]
 
@@ -57,11 +59,14 @@ class Load:
                             "data": list(GOLDEN.inputs[1])}]}
         with httpx.Client(timeout=5) as client:
             while not self.stop.is_set():
+                sent = time.time()
                 try:
                     r = client.post(f"{self.url}/v2/models/{MODEL_NAME}/infer", json=body)
-                    self.results.append((r.status_code, r.headers.get("x-model-version")))
+                    result = (r.status_code, r.headers.get("x-model-version"))
                 except httpx.HTTPError as exc:
-                    self.results.append((type(exc).__name__, None))
+                    result = (type(exc).__name__, None)
+                self.times.append(sent)  # before the result: results never outnumber times
+                self.results.append(result)
                 time.sleep(0.01)
 
     def __enter__(self) -> Load:
@@ -150,14 +155,19 @@ def test_weights_through_the_admin_socket_split_the_traffic(env: LocalEnvironmen
         haproxy_admin.set_weight(socket, serving.BACKEND, "model-2", 300)
 
 
-def _shares_since(env: LocalEnvironment, since: str) -> list[tuple[int, str]]:
-    """(canary share, its version) of each rollout_share note on the timeline after ``since``."""
+def _share_notes(env: LocalEnvironment, since: str) -> list[tuple[int, str, float]]:
+    """(canary share, its version, epoch time) of each rollout_share note after ``since``."""
     out = []
     for line in env.timeline_file.read_text().splitlines():
         entry = json.loads(line)
         if entry["fault"] == "rollout_share" and entry["time"] > since:
-            out.append((entry["details"]["share"], entry["details"]["version"]))
+            at = datetime.fromisoformat(entry["time"]).timestamp()
+            out.append((entry["details"]["share"], entry["details"]["version"], at))
     return out
+
+
+def _shares_since(env: LocalEnvironment, since: str) -> list[tuple[int, str]]:
+    return [(share, version) for share, version, _ in _share_notes(env, since)]
 
 
 POLICY = Policy(steps=(10, 50, 100), min_requests=10)
@@ -194,6 +204,12 @@ def test_a_bad_version_is_rolled_back_and_few_requests_meet_it(env: LocalEnviron
         answered_by_bad = sum(1 for _, v in load.results if v == bad)
         assert 0 < answered_by_bad / len(load.results) < 0.1, Counter(v for _, v in load.results)
         assert _shares_since(env, since) == [(0, "v1"), (10, bad), (0, bad), (50, "v1")]
+        # while the canary had its 10 %, it answered about that share (HAProxy's weights)
+        times = [t for _, _, t in _share_notes(env, since)]
+        opened, closed = times[1], times[2]  # share 10 set, share 0 set again
+        during = [v for (_, v), t in zip(load.results, load.times) if opened <= t <= closed]
+        canary_share = sum(1 for v in during if v == bad) / len(during)
+        assert 0.03 < canary_share < 0.2, (canary_share, len(during))
     finally:
         reset(env.state, env.processes)
 
@@ -203,11 +219,13 @@ def test_with_rollback_off_the_bad_version_keeps_serving(env: LocalEnvironment) 
     share until it gives up, so the bad version keeps answering a share of the requests."""
     controller = RolloutController(env.state, env.processes)
     try:
-        with Load(env.endpoints["serving"]) as load:
-            result = controller.run("v2-garbage", dataclasses.replace(POLICY, rollback=False),
-                                    step_seconds=2.0, max_holds=1)
+        result = controller.run("v2-garbage", dataclasses.replace(POLICY, rollback=False),
+                                step_seconds=2.0, max_holds=1)
         assert result.outcome is Action.HOLD and "rollback is off" in result.reasons
         assert controller.deployed("model-2") == "v2-garbage"
-        assert sum(1 for _, v in load.results if v == "v2-garbage") / len(load.results) > 0.05
+        with Load(env.endpoints["serving"]) as load:  # after the controller gave up
+            time.sleep(3)
+        share = sum(1 for _, v in load.results if v == "v2-garbage") / len(load.results)
+        assert 0.05 < share < 0.2, share  # the canary's 10 %, held
     finally:
         reset(env.state, env.processes)
