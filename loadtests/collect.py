@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from slo.evidence import RequestRecord
+from slo.inference_ledger import FILE as INFERENCE
+from slo.inference_ledger import InferenceRecord
 from slo.ledger import LedgerEntry
 
 LEDGER = "ledger.jsonl"
@@ -72,6 +74,9 @@ def merge_parts(parts_dir: Path, out_dir: Path, *, keep_parts: bool = False) -> 
     ledger = sorted(_read_parts(parts_dir, "ledger", LedgerEntry), key=lambda r: r["acked_at"])
     reqs = sorted(_read_parts(parts_dir, "requests", RequestRecord), key=lambda r: r["time"])
     subs = sorted(_read_parts(parts_dir, "submissions", None), key=lambda r: r["first_at"])
+    inference = sorted(_read_parts(parts_dir, "inference", InferenceRecord), key=lambda r: r["time"])
+    if inference:  # only a run with Inferrer users has an inference ledger
+        _write_jsonl(out_dir / INFERENCE, inference)
     _write_jsonl(out_dir / LEDGER, ledger)
     _write_jsonl(out_dir / REQUESTS, reqs)
     _write_jsonl(out_dir / SUBMISSIONS, subs)

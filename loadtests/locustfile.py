@@ -8,6 +8,9 @@ Submitter       POST /v1/operations, one fresh Idempotency-Key per logical submi
 Poller          GET one known operation; list with filters, following cursors (bounded).
 ArtifactReader  download the artifacts of succeeded operations from the S3 endpoint
                 (path-style plain HTTP GET; no boto3 in this process), checksum-verified.
+Inferrer        POST a golden-set row to the serving frontend (Open Inference Protocol v2);
+                every request -> one inference.jsonl line: status, latency, the version that
+                answered, whether the answer was the golden one (docs/serving.md).
 
 Every HTTP request, retries included, becomes one requests.jsonl line (route templates only).
 """
@@ -30,6 +33,8 @@ from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
 from controlplane.procstate import running
+from controlplane.serving.artifact import golden_correct
+from controlplane.serving.catalog import GOLDEN
 from loadtests import routes
 from loadtests.client import (
     Backoff,
@@ -43,6 +48,7 @@ from loadtests.client import (
 from loadtests.records import PartWriters, utc_iso
 from loadtests.runconfig import RunConfig
 from loadtests.stats import from_locust
+from slo.inference_ledger import InferenceRecord
 from slo.ledger import LedgerEntry
 
 CONFIG, TOKEN = RunConfig.from_env()
@@ -261,3 +267,45 @@ class ArtifactReader(_ApiUser):
                 resp.failure(f"HTTP {resp.status_code}" if resp.status_code else "no response")
             elif ref.sha256 and hashlib.sha256(resp.content or b"").hexdigest() != ref.sha256:
                 resp.failure(f"checksum mismatch for {ref.key}")
+
+
+class Inferrer(FastHttpUser):
+    """Predictions through the serving frontend: one golden row a request, never retried (the
+    load balancer retries a request a dead replica dropped; what the client sees is the SLI)."""
+
+    wait_time = between(*SCENARIO.users.inferrer.wait_s)
+    fixed_count = SCENARIO.users.inferrer.count
+    network_timeout = SCENARIO.client.request_timeout_s
+    connection_timeout = SCENARIO.client.connect_timeout_s
+    max_retries = 0
+
+    @task
+    def infer(self) -> None:
+        if not CONFIG.serving_endpoint or not CONFIG.serving_model:
+            return  # the environment serves no model
+        row = list(random.choice(GOLDEN.inputs))
+        body = {"inputs": [{"name": "input-0", "shape": [1, len(row)], "datatype": "FP64",
+                            "data": row}]}
+        url = f"{CONFIG.serving_endpoint}/v2/models/{CONFIG.serving_model}/infer"
+        started = time.time()
+        version, correct, error = None, None, None
+        with self.client.post(url, json=body, name=routes.INFER, catch_response=True) as resp:
+            status = resp.status_code or None
+            if status is None:
+                error = str(resp.error or "no response")
+                resp.failure(error)
+            elif status != 200:
+                resp.failure(f"HTTP {status}")
+            else:
+                try:
+                    answer = resp.json()
+                    version = (resp.headers.get("x-model-version") if resp.headers else None) \
+                        or answer.get("model_version")
+                    correct = golden_correct(GOLDEN, row, float(answer["outputs"][0]["data"][0]))
+                except (ValueError, KeyError, IndexError, TypeError):
+                    correct = False
+                    resp.failure("answer is not a v2 inference response")
+        _writers().inference.write(InferenceRecord(
+            time=utc_iso(started), status=status, error=error,
+            latency_ms=round((time.time() - started) * 1000.0, 3), version=version,
+            correct=correct).model_dump(mode="json"))

@@ -43,7 +43,7 @@ class JsonlWriter:
 
 
 class PartWriters:
-    """The three part files of one load process: ledger, requests, submissions."""
+    """The part files of one load process: ledger, requests, submissions, inference."""
 
     def __init__(self, parts_dir: Path, tag: str | None = None) -> None:
         self.tag = tag or f"p{os.getpid()}"
@@ -52,7 +52,8 @@ class PartWriters:
         self.ledger = LedgerWriter(parts_dir / f"ledger.{tag}.jsonl")  # the one ledger format
         self.requests = JsonlWriter(parts_dir / f"requests.{tag}.jsonl")
         self.submissions = JsonlWriter(parts_dir / f"submissions.{tag}.jsonl")
+        self.inference = JsonlWriter(parts_dir / f"inference.{tag}.jsonl")
 
     def close(self) -> None:
-        for w in (self.requests, self.submissions):
+        for w in (self.requests, self.submissions, self.inference):
             w.close()

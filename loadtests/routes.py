@@ -9,6 +9,8 @@ LIST_OPERATIONS = "/v1/operations"
 # Artifact downloads go to the object store, not the API: the "s3:" prefix lets an SLI that
 # means "API availability" leave them out with one startswith().
 ARTIFACT = "s3:/{bucket}/artifacts/{id}/attempt-{n}/{file}"
+# Predictions go to the serving frontend, not the API: "serving:" keeps them out of it too
+INFER = "serving:/v2/models/{name}/infer"
 
 OVERALL = "overall"
 
@@ -18,6 +20,7 @@ KNOWN_ROUTES: tuple[str, ...] = (
     f"GET {GET_OPERATION}",
     f"GET {LIST_OPERATIONS}",
     f"GET {ARTIFACT}",
+    f"POST {INFER}",
 )
 
 

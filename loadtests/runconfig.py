@@ -26,6 +26,8 @@ class RunConfig(BaseModel):
     stats_path: Path     # load_stats.json, written by the master (or the single process)
     stop_file: Path      # its appearance asks the run to end early (background mode)
     s3_endpoint: str | None = None
+    serving_endpoint: str | None = None  # the serving frontend the Inferrer users call
+    serving_model: str | None = None
     owner_pid: int | None = None  # Locust runs in its own session: it ends itself when this dies
 
     def save(self, path: Path) -> None:

@@ -168,13 +168,16 @@ def _locust_cmd(config_path: Path, scenario: Scenario, host: str, run_seconds: f
 
 def start(scenario: Scenario | str | Path, host: str, token: str, out_dir: str | Path, *,
           s3_endpoint: str | None = None, workers: int = 0, duration: float | None = None,
-          allow_remote: bool = False) -> LoadRun:
+          allow_remote: bool = False, serving_endpoint: str | None = None,
+          serving_model: str | None = None) -> LoadRun:
     """Start a run of `duration` (default: the scenario's). Raises ScenarioError or
     UnsafeTargetError before anything starts."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     check_target(host, allow_remote=allow_remote)
     if s3_endpoint:
         check_target(s3_endpoint, allow_remote=allow_remote, what="--s3-endpoint")
+    if serving_endpoint:
+        check_target(serving_endpoint, allow_remote=allow_remote, what="the serving endpoint")
     if duration is not None:
         scn = scn.model_copy(update={"duration": duration})
     out = Path(out_dir)
@@ -183,6 +186,7 @@ def start(scenario: Scenario | str | Path, host: str, token: str, out_dir: str |
     work.mkdir(exist_ok=True)
     config = RunConfig(scenario=scn, parts_dir=work / "parts", stats_path=out / STATS,
                        stop_file=work / "stop", s3_endpoint=s3_endpoint,
+                       serving_endpoint=serving_endpoint, serving_model=serving_model,
                        owner_pid=int(os.environ.get(OWNER_ENV) or os.getpid()))
     config.stop_file.unlink(missing_ok=True)
     config.stats_path.unlink(missing_ok=True)  # never judge a previous run's stats
@@ -215,24 +219,31 @@ def start(scenario: Scenario | str | Path, host: str, token: str, out_dir: str |
 
 def start_background(scenario: Scenario | str | Path, host: str, token: str, out_dir: str | Path, *,
                      s3_endpoint: str | None = None, workers: int = 0, allow_remote: bool = False,
-                     max_duration: float = BACKGROUND_MAX) -> LoadRun:
+                     max_duration: float = BACKGROUND_MAX, serving_endpoint: str | None = None,
+                     serving_model: str | None = None) -> LoadRun:
     """Run until `handle.stop()` (bounded by `max_duration`); stop() returns the LoadSummary."""
     return start(scenario, host, token, out_dir, s3_endpoint=s3_endpoint, workers=workers,
-                 duration=max_duration, allow_remote=allow_remote)
+                 duration=max_duration, allow_remote=allow_remote,
+                 serving_endpoint=serving_endpoint, serving_model=serving_model)
 
 
 def start_for_platform(env: Any, adapter_factory: Callable[[], Any], out_dir: Path,
                        scenario: str, allow_remote: bool) -> LoadRun:
     """The reference control plane's background load (platforms/registry.py): the Locust
     scenario aimed at the environment's API with its first project's token and image. In the
-    cloud there is no S3 endpoint URL, so the artifact reader is off (its downloads need IAM)."""
+    cloud there is no S3 endpoint URL, so the artifact reader is off (its downloads need IAM).
+    An environment that serves no model (no ``serving`` endpoint) gets no Inferrer users."""
     eps = env.endpoints
     chosen = load_scenario(scenario)
     chosen = chosen.model_copy(update={"operation": chosen.operation.model_copy(
         update={"image": eps["image"]})})
+    if not eps.get("serving") and chosen.users.inferrer.count:
+        chosen = chosen.model_copy(update={"users": chosen.users.model_copy(
+            update={"inferrer": chosen.users.inferrer.model_copy(update={"count": 0})})})
     _, token = min(env.tokens["projects"].items())
     return start_background(chosen, eps["api"], token, out_dir, s3_endpoint=eps.get("s3"),
-                            allow_remote=allow_remote)
+                            allow_remote=allow_remote, serving_endpoint=eps.get("serving"),
+                            serving_model=eps.get("serving_model"))
 
 
 def run(scenario: Scenario | str | Path, host: str, token: str, out_dir: str | Path,

@@ -55,6 +55,9 @@ class Users(_Strict):
     submitter: UserClass = UserClass()
     poller: UserClass = UserClass()
     artifact_reader: UserClass = UserClass()
+    # predictions through the serving frontend (docs/serving.md); none when the environment
+    # serves no model (loadtests/runner.py start_for_platform)
+    inferrer: UserClass = UserClass()
 
     @model_validator(mode="after")
     def _some_users(self) -> Users:
@@ -64,11 +67,13 @@ class Users(_Strict):
 
     @property
     def total(self) -> int:
-        return self.submitter.count + self.poller.count + self.artifact_reader.count
+        return (self.submitter.count + self.poller.count + self.artifact_reader.count
+                + self.inferrer.count)
 
     def locust_classes(self) -> list[str]:
         """Names of the locustfile's user classes that get at least one user."""
-        names = {"submitter": "Submitter", "poller": "Poller", "artifact_reader": "ArtifactReader"}
+        names = {"submitter": "Submitter", "poller": "Poller", "artifact_reader": "ArtifactReader",
+                 "inferrer": "Inferrer"}
         return [names[f] for f in names if getattr(self, f).count > 0]
 
 

@@ -44,4 +44,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Prefect 3 in its own venv, for the `prefect` platform adapter and its tests
 bash scripts/setup-prefect.sh
+# KServe's model server in its own venv, for the local environment's serving replicas
+# (`gameday env up --serving`, docs/serving.md)
+bash scripts/setup-kserve.sh
 echo "==> ready: .venv/bin/gameday"

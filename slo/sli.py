@@ -16,6 +16,7 @@ from datetime import datetime
 
 from slo import ledger as ledger_rules
 from slo.evidence import Attempt, Event, Operation, RequestRecord, StoredObject
+from slo.inference_ledger import InferenceRecord
 from slo.ledger import LedgerEntry
 
 TERMINAL_OPERATION_STATES = frozenset({"succeeded", "failed", "canceled"})
@@ -67,13 +68,56 @@ def request_ok(record: RequestRecord) -> bool:
 
 
 # Routes the load generator prefixes with "s3:" are object-store downloads, not the platform's
-# API: an artifact-store outage must show in artifact SLIs, not as API unavailability.
-NON_API_ROUTE_PREFIXES = ("s3:",)
+# API: an artifact-store outage must show in artifact SLIs, not as API unavailability. Those
+# with "serving:" are predictions, judged by the serving SLIs (inference.jsonl).
+NON_API_ROUTE_PREFIXES = ("s3:", "serving:")
 
 
 def api_availability(requests: Iterable[RequestRecord]) -> list[Outcome]:
     return [Outcome(ts(r.time) + r.latency_ms / 1000.0, request_ok(r), r.route) for r in requests
             if not r.route.startswith(NON_API_ROUTE_PREFIXES)]
+
+
+# --------------------------------------------------------------------------- serving SLIs
+# (slo/inference_ledger.py: one record per prediction request a client sent; docs/serving.md)
+
+
+def _done_at(record: InferenceRecord) -> float:
+    return ts(record.time) + record.latency_ms / 1000.0
+
+
+def serving_success(records: Iterable[InferenceRecord]) -> list[Outcome]:
+    """One outcome per request: answered (no transport error, no 5xx)?"""
+    return [Outcome(_done_at(r), r.answered, r.version or "") for r in records]
+
+
+def serving_latency(records: Iterable[InferenceRecord], threshold_ms: float) -> list[Outcome]:
+    """One outcome per answered request: within ``threshold_ms``? A share of 0.99 good is a
+    p99 within the threshold; failed requests belong to serving_success, not here."""
+    return [Outcome(_done_at(r), r.latency_ms <= threshold_ms, r.version or "")
+            for r in records if r.answered]
+
+
+def serving_correctness(records: Iterable[InferenceRecord]) -> list[Outcome]:
+    """One outcome per answered golden-set request: the golden answer?"""
+    return [Outcome(_done_at(r), bool(r.correct), r.version or "")
+            for r in records if r.answered and r.correct is not None]
+
+
+def serving_good_version(records: Iterable[InferenceRecord],
+                         bad_versions: frozenset[str]) -> list[Outcome]:
+    """One outcome per answered request: answered by a version not in ``bad_versions``? The
+    bad share is what a bad rollout cost its clients."""
+    return [Outcome(_done_at(r), r.version not in bad_versions, r.version or "")
+            for r in records if r.answered]
+
+
+def latency_quantile(records: Iterable[InferenceRecord], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of answered requests' latency in ms; None if none."""
+    values = sorted(r.latency_ms for r in records if r.answered)
+    if not values:
+        return None
+    return values[max(0, math.ceil(q * len(values)) - 1)]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import click
 import httpx
 import yaml
 
-from environments.local import node_disk, procs, storage
+from controlplane.storage import StorageConfig, make_s3_client
+from environments.local import node_disk, procs, serving, storage
 from environments.local.components import build_components
 from environments.local.configs import gameday_targets_file
 from environments.local.database import LocalDatabase
@@ -146,6 +147,9 @@ def up_infra(state: EnvState, processes: Processes, db: LocalDatabase, say: Repo
         image = pool.submit(push_image, state)
         bucket.result()
         say(f"bucket {BUCKET} created")
+        if serving.replicas(state.components):
+            publish_models(state)
+            say(f"model versions published ({', '.join(serving.VERSIONS)})")
         digest = image.result()
         say(f"image pushed ({digest[:19]})")
     state.info["endpoints"]["image_digest"] = digest
@@ -161,6 +165,15 @@ def create_bucket(endpoints: dict[str, Any]) -> None:
     if response.status_code not in (200, 409):
         raise ComponentUnhealthy("moto", f"PUT {url} -> HTTP {response.status_code}",
                                  response.text[-500:])
+
+
+def publish_models(state: EnvState) -> None:
+    """The served model's versions into the bucket, signed like any S3 client (moto refuses
+    anonymous reads), so the replicas find the version they are deployed with."""
+    client = make_s3_client(StorageConfig(endpoint_url=state.endpoints["s3_direct"],
+                                          bucket=BUCKET, access_key="testing",
+                                          secret_key="testing"))
+    serving.publish_catalog(lambda key, data: client.put_object(Bucket=BUCKET, Key=key, Body=data))
 
 
 def push_image(state: EnvState) -> str:
@@ -203,7 +216,8 @@ def up_controlplane(state: EnvState, processes: Processes, db: LocalDatabase, sa
 
 
 def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
-         topology: tuple[AgentSpec, ...], db_root: Path, storage_faults: bool) -> bool:
+         topology: tuple[AgentSpec, ...], db_root: Path, storage_faults: bool,
+         with_serving: bool = False) -> bool:
     """What `up` is about to start, recorded in ``state`` (not yet written): ports (kept from
     the previous run when still free), the components of the shared services, the control plane
     when ``commands`` has it and the platform (``hooks``: environments/local/platform.py), zones,
@@ -217,6 +231,7 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
     # the platform's own components join the shared ones
     ports = allocate_ports(port_names(topology) + hooks.port_names()
                            + storage.port_names(storage_faults)
+                           + serving.port_names(with_serving and with_cp)
                            + node_disk.port_names(storage_faults, tuple(a.name for a in agents)),
                            previous.get("ports"), owner=str(state.dir))
     for stale in (state.dir / "run").glob("*.json"):
@@ -229,6 +244,7 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
     state.info = {
         "name": state.name, "state_dir": str(state.dir), "db_root": str(db_root),
         "status": "starting", "storage_faults": storage_faults,
+        "serving": bool(serving.replicas(state.components)),
         "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
         "agents": [a.as_dict() for a in agents],
         "controlplane": {"included": with_cp, "agents": with_agents,
@@ -240,6 +256,7 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
         "zones": zones,
     }
     state.info["endpoints"].update(hooks.endpoints(ports))
+    state.info["endpoints"].update(serving.endpoints(ports))
     return with_cp
 
 
@@ -256,6 +273,9 @@ def status_of(state: EnvState, processes: Processes, db: LocalDatabase,
             "kind": spec.kind, "pid": processes.main_pid(name), "healthy": ok, "detail": detail,
             "ports": spec.ports, "health_url": spec.health.url, "log": str(state.log_file(name)),
         }
+        if spec.kind == serving.KIND:  # why a replica is (not) ready, in its own words
+            components[name]["model"] = serving.model_status(state.dir, name,
+                                                             processes.main_pid(name))
         if spec.kind == "patroni":
             components[name]["role"] = roles.get(name)
             components[name]["postmaster_pid"] = processes.postmaster_pid(name)

@@ -61,6 +61,11 @@ def _components_table(status: dict[str, Any]) -> Table:
         health = "[green]healthy[/]" if comp["healthy"] else f"[red]{comp['detail']}[/]"
         if comp.get("role"):
             health += f" [cyan]{comp['role']}[/]"
+        if comp.get("model"):  # a model server: its version, and why it is not ready
+            model = comp["model"]
+            health += f" [cyan]{model.get('version')} {model.get('state')}[/]"
+            if model.get("state") != "ready":
+                health += f" {model.get('reason')}"
         ports = " ".join(f"{k}={v}" for k, v in comp["ports"].items())
         table.add_row(name, str(comp["pid"] or "-"), ports, health)
     return table
@@ -112,15 +117,19 @@ def env_group() -> None:
               help="Put each database member's data directory on a fault-injecting FUSE "
                    "mount (disk-0, disk-1: docs/faultfs.md) so `gameday fault disk-*` can make "
                    "it slow, full or failing. Default: as the environment was created (off).")
+@click.option("--serving/--no-serving", default=None,
+              help="Also start model serving: KServe model servers behind HAProxy's serving "
+                   "frontend (docs/serving.md). Default: as the environment was created (off).")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
-           show_secrets: bool, platform: str, storage_faults: bool | None) -> None:
+           show_secrets: bool, platform: str, storage_faults: bool | None,
+           serving: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
     from environments.local.env import LocalEnvironment, state_dir_for
 
     problem = unwritable(state_dir_for(name, home), "the state directory")
     if problem:
         raise click.ClickException(problem)
-    env = LocalEnvironment(name, home, storage_faults=storage_faults)
+    env = LocalEnvironment(name, home, storage_faults=storage_faults, serving=serving)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
         def report(message: str) -> None:
@@ -167,6 +176,50 @@ def status_cmd(name: str, home: Path | None, as_json: bool, show_secrets: bool) 
     else:
         _print_summary(status)
     if not status["healthy"]:
+        sys.exit(1)
+
+
+@env_group.command("rollout")
+@name_option
+@home_option
+@click.argument("version")
+@click.option("--steps", default="10,25,50,100", show_default=True,
+              help="The canary's shares of requests, percent, comma-separated, increasing.")
+@click.option("--step-seconds", default=5.0, show_default=True, help="How long each step is analysed.")
+@click.option("--max-error-ratio", default=0.02, show_default=True)
+@click.option("--max-p99-ms", default=250.0, show_default=True)
+@click.option("--no-rollback", is_flag=True, help="Hold a failing canary instead of rolling it back.")
+def rollout_cmd(name: str, home: Path | None, version: str, steps: str, step_seconds: float,
+                max_error_ratio: float, max_p99_ms: float, no_rollback: bool) -> None:
+    """Roll model VERSION out to the serving replicas through a canary (docs/serving.md);
+    exit 1 when it was rolled back or never passed."""
+    from controlplane.serving.catalog import VERSIONS
+    from controlplane.serving.rollout import Action, Policy
+    from environments.local import serving
+    from environments.local.serving_rollout import RolloutController
+
+    try:
+        shares = tuple(int(part) for part in steps.split(","))
+        policy = Policy(steps=shares, max_error_ratio=max_error_ratio, max_p99_ms=max_p99_ms,
+                        rollback=not no_rollback)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--steps / --max-error-ratio") from exc
+    if version not in VERSIONS:
+        raise click.BadParameter(f"unknown model version {version!r} (published: "
+                                 f"{', '.join(VERSIONS)})", param_hint="VERSION")
+    with domain_errors():
+        env = _load(name, home)
+        if not serving.replicas(env.components):
+            raise click.ClickException(f"environment {name!r} serves no model: {serving.HINT}")
+        result = RolloutController(env.state, env.processes).run(version, policy, step_seconds)
+    for step in result.steps:
+        console.print(f"  step {step['step']} at {step['share']} %: {step['requests']} requests, "
+                      f"{step['errors']} errors, p99 {step['p99_ms'] or 0:.0f} ms, golden wrong "
+                      f"{step['golden_wrong']}/{step['golden_total']} -> {step['decision']} "
+                      + "; ".join(step["reasons"]))
+    console.print(f"[bold]{result.outcome.value}[/] {version}"
+                  + (f": {'; '.join(result.reasons)}" if result.reasons else ""))
+    if result.outcome is not Action.DONE:
         sys.exit(1)
 
 

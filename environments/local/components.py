@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from controlplane.clock import ENV as CLOCK_ENV
-from environments.local import motoserver, node_disk, storage
+from environments.local import motoserver, node_disk, serving, storage
 from environments.local.configs import (
     gameday_targets_file,
     generate_rules_file,
@@ -176,6 +176,8 @@ def build_components(state: Path, env_name: str, ports: dict[str, int], secrets:
     out = {spec.name: spec for spec in specs}
     if storage_faults:  # one agent's checkpoint directory on a disk of its own
         node_disk.attach(out, state, ports)
+    if controlplane:  # the model servers, when `up --serving` gave them ports
+        serving.attach(out, state, ports)
     return out
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from controlplane.models import MAX_BODY_BYTES
+from environments.local import serving
 from environments.local.pg_files import (
     PG_BIN,
     chown_for_postgres,
@@ -170,7 +171,7 @@ frontend stats
   stats enable
   stats uri /stats
   stats refresh 5s
-"""
+""" + serving.haproxy_section(ports)
 
 
 def gameday_targets_file(state: Path) -> Path:
