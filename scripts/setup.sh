@@ -44,4 +44,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Prefect 3 in its own venv, for the `prefect` platform adapter and its tests
 bash scripts/setup-prefect.sh
+# MLflow 3.17.2 in its own venv, for the tracking-outage class (its server in the local
+# environment, its plain client as the peer) and the bench's peer: 138 s from nothing on the
+# loaded 2-core machine (2026-12-07), 24 s to add a package to it
+bash scripts/setup-mlflow.sh
 echo "==> ready: .venv/bin/gameday"
