@@ -89,6 +89,22 @@ class MlflowRest:
             "run_view_type": "ALL", "max_results": 100, "order_by": ["attributes.start_time ASC"]})
         return list(got.get("runs") or [])
 
+    def runs_since(self, experiment_id: str, since_ms: int) -> list[dict[str, Any]]:
+        """Every run of the experiment started at or after ``since_ms``, deleted ones too."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            body: dict[str, Any] = {
+                "experiment_ids": [experiment_id], "filter": f"attributes.start_time >= {since_ms}",
+                "run_view_type": "ALL", "max_results": 1000}
+            if token:
+                body["page_token"] = token
+            got = self._call("POST", "/api/2.0/mlflow/runs/search", json=body)
+            out += got.get("runs") or []
+            token = got.get("next_page_token") or ""
+            if not token:
+                return out
+
     def create_run(self, experiment_id: str, run_name: str, start_ms: int,
                    tags: dict[str, str]) -> dict[str, Any]:
         got = self._call("POST", "/api/2.0/mlflow/runs/create", json={

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import os
 import secrets as pysecrets
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
+from environments.local.database import ensure_role_and_database
 from environments.local.spec import ComponentSpec, Group, HealthCheck
 from environments.local.topology import BUCKET
 
@@ -79,3 +83,39 @@ def server_spec(database_uri: str, port: int, s3_endpoint: str, bucket: str = BU
              "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONUNBUFFERED": "1"},
         labels={"service": "tracking"},
     )
+
+
+def build_components(ports: dict[str, int], password: str,
+                     components: dict[str, ComponentSpec]) -> dict[str, ComponentSpec]:
+    """The server (database through HAProxy's ``pg`` frontend, S3 through the fault proxy);
+    every agent of ``components`` is given its URI, which its workloads inherit."""
+    uri = url(ports[PORT_NAME])
+    for spec in components.values():
+        if spec.kind == "agent":
+            spec.env[ENV_URI] = uri
+    server = server_spec(db_uri(ports["haproxy_pg"], password), ports[PORT_NAME],
+                         f"http://127.0.0.1:{ports['proxy_s3']}")
+    return {server.name: server}
+
+
+def endpoints(ports: dict[str, int]) -> dict[str, Any]:
+    return {"mlflow": url(ports[PORT_NAME]), "mlflow_experiment": EXPERIMENT}
+
+
+class Spawner(Protocol):
+    def spawn(self, component: str) -> int: ...
+    def wait_healthy(self, components: list[str], timeout: float,
+                     reporter: Any = None) -> None: ...
+
+
+def up(processes: Spawner, admin_dsn: str, password: str, say: Callable[[str], None],
+       timeout: float) -> float:
+    """Its role and database on the primary, then the server until healthy (the first start
+    migrates the schema: about 15 s here); returns the seconds it took."""
+    ensure_role_and_database(admin_dsn, DB_USER, password, DB_NAME)
+    started = time.monotonic()
+    processes.spawn(SERVER)
+    processes.wait_healthy([SERVER], max(timeout, 120.0), say)
+    took = round(time.monotonic() - started, 2)
+    say(f"mlflow tracking server up ({took}s)")
+    return took
