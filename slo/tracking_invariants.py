@@ -6,6 +6,8 @@ the game day (snapshot/tracking_runs.jsonl, read back through its REST API).
 
 A tracked attempt is one that sent such a summary, or whose identity (``<operation_id>/attempt-
 <n>``) tags a run; both are judged, so a trainer that never reported is not silently skipped.
+Judged: the tracked attempts that lived in the window (created before its end, not finished
+before its start): the game day's trainers start before the fault and train through it.
 
 * ``metric-points-kept``: every point the trainer was acknowledged (``points_logged``) is held
   by MLflow: held >= logged for the attempt's run.
@@ -46,8 +48,9 @@ def identity(a: Attempt) -> str:
 
 def tracked(attempts: Iterable[Attempt], events: Iterable[Event],
             runs: Iterable[TrackingRun], start: float, end: float) -> list[Tracked]:
-    """The tracked attempts created in [start, end], each with its summary and its runs."""
-    in_window = {a.id: a for a in attempts if start <= ts(a.created_at) <= end}
+    """The tracked attempts that lived in [start, end], each with its summary and its runs."""
+    in_window = {a.id: a for a in attempts if ts(a.created_at) <= end
+                 and (a.finished_at is None or ts(a.finished_at) >= start)}
     summaries: dict[str, dict[str, object]] = {}
     for e in events:
         s = e.data.get("tracking") if e.kind == "log" else None
