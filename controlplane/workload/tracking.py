@@ -80,6 +80,7 @@ class TrackingSink:
         self._status: str | None = None  # asked for by finish
         self._status_sent: str | None = None
         self._given_up = False
+        self._end_tried = False  # the seeded defect tracking-finish-once's one try
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="tracking-sink", daemon=True)
         self._experiment_id: str | None = None
@@ -150,7 +151,7 @@ class TrackingSink:
         retry = 0
         while True:
             with self._cv:
-                if self._given_up or self._status_sent is not None:
+                if self._given_up or self._done():
                     return
                 if not self._has_work():
                     self._cv.wait(self.policy.flush_seconds)
@@ -166,6 +167,10 @@ class TrackingSink:
                 self._event("tracking refused", {"error": str(exc)})
             self._note_up()
             retry = 0
+
+    def _done(self) -> bool:
+        return (self._status_sent is not None and not self._buffer and not self._artifacts
+                and self._params_sent)
 
     def _has_work(self) -> bool:
         return (self._run is None or not self._params_sent or bool(self._buffer)
@@ -192,6 +197,10 @@ class TrackingSink:
             self._ensure_run()
             return
         run_id = self._run["info"]["run_id"]
+        if (self._status is not None and not self._end_tried
+                and defects.enabled("tracking-finish-once")):
+            self._end_once(run_id, self._status)
+            return
         with self._cv:
             params = dict(self._params) if not self._params_sent else None
             batch = self._buffer.peek(self.policy.batch_points)
@@ -209,7 +218,11 @@ class TrackingSink:
             with self._cv:
                 self._artifacts.pop(0)
             return
-        if self._status is not None:
+        if self._status is not None and self._status_sent is None:
+            if self._end_tried:  # the seeded defect's run end failed: never told again
+                with self._cv:
+                    self._given_up = True
+                return
             self._terminate(run_id, self._status)
 
     def _send(self, run_id: str, batch: list[MetricPoint]) -> None:
@@ -228,16 +241,21 @@ class TrackingSink:
             self._buffer.acknowledge(batch)
 
     def _terminate(self, run_id: str, status: str) -> None:
-        try:
-            self.client.terminate(run_id, status, self._wall_ms())
-        except TrackingUnavailable:
-            if defects.enabled("tracking-finish-once"):
-                with self._cv:  # SEEDED DEFECT: the end of the run is told once, not retried
-                    self._given_up = True
-                    self._errors.append("run status not sent: tracking unavailable at finish")
-            raise
+        """The run's end, sent once everything else was delivered; retried like the rest."""
+        self.client.terminate(run_id, status, self._wall_ms())
         with self._cv:
             self._status_sent = status
+
+    def _end_once(self, run_id: str, status: str) -> None:
+        """SEEDED DEFECT tracking-finish-once: the run's end is sent as soon as training ends,
+        ahead of what is still buffered, and only once: when tracking is away at that moment,
+        the run stays RUNNING for good (the points still go)."""
+        self._end_tried = True
+        try:
+            self._terminate(run_id, status)
+        except TrackingUnavailable:
+            self._errors.append("run status not sent: tracking unavailable at finish")
+            raise
 
     def _ensure_run(self) -> None:
         """The attempt's run: looked up by its tag first, created only when none exists. A create

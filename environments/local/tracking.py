@@ -70,12 +70,12 @@ def server_spec(database_uri: str, port: int, s3_endpoint: str, bucket: str = BU
     """One uvicorn worker: the game day's few trainers need no more, and two cores are shared."""
     return ComponentSpec(
         name=SERVER, kind="mlflow-server", group=Group.CONTROLPLANE,
-        argv=[str(mlflow_bin(venv)), "server", "--backend-store-uri", database_uri,
-              "--serve-artifacts", "--artifacts-destination", f"s3://{bucket}/mlflow",
+        argv=[str(mlflow_bin(venv)), "server", "--serve-artifacts", "--artifacts-destination", f"s3://{bucket}/mlflow",
               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         health=HealthCheck(f"{url(port)}/health"),
         ports={"http": port},
-        env={"MLFLOW_S3_ENDPOINT_URL": s3_endpoint,
+        # the store's URI (with its password) by the environment, never in argv: ps shows argv
+        env={"MLFLOW_BACKEND_STORE_URI": database_uri, "MLFLOW_S3_ENDPOINT_URL": s3_endpoint,
              "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_DEFAULT_REGION": "us-east-1",
              # MLflow 3's background job runner (GenAI jobs) is no part of tracking runs; on,

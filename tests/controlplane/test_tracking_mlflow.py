@@ -214,14 +214,17 @@ def test_defect_flush_drops_batch_loses_the_outages_points(mlflow: Tracking, def
 
 @pytest.mark.parametrize("defect", ["", "tracking-finish-once"], indirect=True)
 def test_a_run_ending_while_tracking_is_away(mlflow: Tracking, defect: str) -> None:
-    """Healthy: training's finish waits, and the run is FINISHED once the server is back.
-    With tracking-finish-once the run stays RUNNING for good."""
+    """Healthy: training's finish waits, and the run is FINISHED once the server is back, after
+    the points buffered meanwhile. With tracking-finish-once the end is sent at once, while the
+    server is away, and never again: the run stays RUNNING for good, its points all there."""
     attempt = f"finish-{defect or 'healthy'}/attempt-1"
     sink = _sink(mlflow.url, attempt)
     sink.start({"steps": 10})
     _train(sink, 10, 0.0)
     time.sleep(1.0)  # run created and points sent while the server is up
     mlflow.kill()
+    for step in range(11, 21):  # logged while the server is away: buffered at the end
+        sink.log_metric("loss", 1.0 / step, step)
     done: list[object] = []
     finisher = threading.Thread(target=lambda: done.append(sink.finish(FINISHED)))
     finisher.start()
@@ -232,6 +235,8 @@ def test_a_run_ending_while_tracking_is_away(mlflow: Tracking, defect: str) -> N
     runs = _runs(mlflow.url, attempt)
     summary = done[0]
     assert isinstance(summary, TrackingSummary)
+    # either way every point arrives: the defect breaks the run's end only
+    assert _held(mlflow.url, summary.run_id or "") == summary.points_logged == 20
     if defect:
         assert summary.status_sent is None
         assert [r["info"]["status"] for r in runs] == ["RUNNING"]
