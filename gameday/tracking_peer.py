@@ -54,10 +54,12 @@ def judge(ledgers: list[dict[str, Any]], runs: list[TrackingRun], started: float
                                 state="succeeded" if led["outcome"] == "succeeded" else "failed",
                                 created_at=_iso(started), finished_at=_iso(ended)))
         end = [c for c in led.get("calls", []) if c["call"] == "end_run"]
+        logs = [c["seconds"] for c in led.get("calls", []) if c["call"].startswith("log_")]
         events.append(Event(attempt_id=f"peer-{i}", operation_id=op, time=_iso(ended),
                             kind="log", data={"tracking": {
                                 "points_logged": led["points_logged"], "points_dropped": 0,
-                                "finish_wait_seconds": end[0]["seconds"] if end else 0.0}}))
+                                "finish_wait_seconds": end[0]["seconds"] if end else 0.0,
+                                "longest_log_call_seconds": max(logs, default=0.0)}}))
     subjects = tracked(attempts, events, runs, started, ended)
     return [{"name": r.name, "judged": r.judged, "violations": list(r.violations),
              "no_data": r.no_data, "measured": r.measured}

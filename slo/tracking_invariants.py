@@ -14,8 +14,9 @@ before its start): the game day's trainers start before the fault and train thro
 * ``one-run-per-attempt``: exactly one run carries the attempt's identity.
 * ``runs-terminated``: every tracked attempt's run is FINISHED, FAILED or KILLED once the game
   day is over (none left RUNNING for good), and every tracked attempt has a run.
-* ``training-unaffected``: tracking never failed or hung training: every tracked attempt
-  succeeded, and its end waited for tracking no longer than the declared bound.
+* ``training-unaffected``: tracking never failed or stalled training: every tracked attempt
+  succeeded, no log call held its trainer longer than 1 s (``longest_log_call_seconds``), and
+  its end waited for tracking no longer than the declared bound.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 # the sink's declared finish wait (TrackingPolicy.finish_wait_seconds) and a little slack for
 # the summary's own clock
 FINISH_WAIT_BOUND = 120.0 + 5.0
+# a log call is a hand-over to a buffer: one that holds training a second has waited for the
+# network (the plain MLflow client's log_metric retries inside the call)
+LOG_CALL_BOUND = 1.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,10 @@ def training_unaffected(subjects: Sequence[Tracked],
         if t.attempt is None or t.attempt.state != "succeeded":
             state = t.attempt.state if t.attempt else "unknown"
             bad.append(f"{t.identity}: training {state}")
+        held = t.summary.get("longest_log_call_seconds") if t.summary else None
+        if isinstance(held, (int, float)) and held > LOG_CALL_BOUND:
+            bad.append(f"{t.identity}: a log call held training {held:.1f} s "
+                       f"(bound {LOG_CALL_BOUND:.0f} s)")
         wait = t.summary.get("finish_wait_seconds") if t.summary else None
         if isinstance(wait, (int, float)):
             waits.append(float(wait))

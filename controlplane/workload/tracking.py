@@ -51,6 +51,7 @@ class TrackingSummary:
     unavailable_calls: int
     unavailable_seconds: float  # summed outages seen by the sender
     finish_wait_seconds: float  # how long training waited for tracking at its end
+    longest_log_call_seconds: float  # the longest any log_* call held the trainer
     errors: list[str]
 
     def to_json(self) -> dict[str, Any]:
@@ -91,6 +92,7 @@ class TrackingSink:
         self._down_since: float | None = None
         self._errors: list[str] = []
         self._waited = 0.0
+        self._longest_call = 0.0
         self._start_ms = wall_ms()
 
     # -- the trainer's side: never blocks on MLflow ------------------------------------------
@@ -99,21 +101,32 @@ class TrackingSink:
         self._thread.start()
 
     def log_params(self, params: dict[str, Any]) -> None:
+        began = self._clock()
         with self._cv:
             self._params.update({k: str(v) for k, v in params.items()})
             self._params_sent = not self._params
             self._cv.notify()
+            self._held(began)
 
     def log_metric(self, key: str, value: float, step: int) -> None:
+        began = self._clock()
         with self._cv:
             self._buffer.add(MetricPoint(key, float(value), int(step), self._wall_ms()))
             if len(self._buffer) >= self.policy.batch_points:
                 self._cv.notify()
+            self._held(began)
 
     def log_artifact(self, name: str, data: bytes) -> None:
+        began = self._clock()
         with self._cv:
             self._artifacts.append((name, data))
             self._cv.notify()
+            self._held(began)
+
+    def _held(self, began: float) -> None:
+        """How long a log call held the trainer (the lock is shared with the sender, which
+        never holds it across a network call): the evidence that training was not stalled."""
+        self._longest_call = max(self._longest_call, self._clock() - began)
 
     def finish(self, status: str = FINISHED) -> TrackingSummary:
         """Deliver what is left and terminate the run; wait for that at most
@@ -144,7 +157,8 @@ class TrackingSink:
                 runs_found_at_lookup=self._found, status_sent=self._status_sent,
                 unavailable_calls=self._unavailable_calls,
                 unavailable_seconds=round(self._unavailable_s, 3),
-                finish_wait_seconds=round(self._waited, 3), errors=self._errors[-10:])
+                finish_wait_seconds=round(self._waited, 3),
+                longest_log_call_seconds=round(self._longest_call, 6), errors=self._errors[-10:])
 
     # -- the sender thread ---------------------------------------------------------------------
     def _run(self) -> None:

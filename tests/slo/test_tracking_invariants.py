@@ -20,9 +20,10 @@ def _attempt(op: str, state: str = "succeeded") -> Attempt:
     return Attempt(id=f"a-{op}", operation_id=op, number=1, state=state, created_at=T0)
 
 
-def _summary(op: str, logged: int = 200, wait: float = 3.0) -> Event:
+def _summary(op: str, logged: int = 200, wait: float = 3.0, held: float = 0.0001) -> Event:
     data: dict[str, Any] = {"tracking": {"points_logged": logged, "points_dropped": 0,
-                                         "finish_wait_seconds": wait}}
+                                         "finish_wait_seconds": wait,
+                                         "longest_log_call_seconds": held}}
     return Event(attempt_id=f"a-{op}", operation_id=op, time=T0, kind="log", data=data)
 
 
@@ -74,12 +75,13 @@ def test_a_run_left_running_or_missing_is_not_terminated() -> None:
 
 
 def test_training_failed_or_waiting_past_the_bound_is_affected() -> None:
-    result = _judge([_attempt("op1", state="failed"), _attempt("op2")],
-                    [_summary("op1"), _summary("op2", wait=300.0)],
-                    [_run("op1"), _run("op2")], training_unaffected)
+    result = _judge([_attempt("op1", state="failed"), _attempt("op2"), _attempt("op3")],
+                    [_summary("op1"), _summary("op2", wait=300.0), _summary("op3", held=62.4)],
+                    [_run("op1"), _run("op2"), _run("op3")], training_unaffected)
     assert set(result.violations) == {
         "op1/attempt-1: training failed",
-        "op2/attempt-1: waited 300.0 s for tracking at its end (bound 125 s)"}
+        "op2/attempt-1: waited 300.0 s for tracking at its end (bound 125 s)",
+        "op3/attempt-1: a log call held training 62.4 s (bound 1 s)"}
 
 
 def test_no_snapshot_or_no_tracked_attempt_is_no_data_never_a_pass() -> None:
