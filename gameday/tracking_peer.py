@@ -10,7 +10,8 @@ ended) and what MLflow holds afterwards are the evidence; the four tracking inva
 
 Evidence in ``<out>/``: ``trainers/<n>.json`` (each script's ledger), ``tracking_runs.jsonl``
 (MLflow read back, same rows as a game day's snapshot), ``faults.jsonl`` (the environment's
-fault timeline over the measurement), ``summary.json`` (figures and invariants)."""
+fault timeline over the measurement), ``summary.json`` (figures and invariants) and
+``verdict.json`` (the invariants as a verdict: `gameday slo compare <game day> <this>`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from slo.tracking_invariants import (
     tracked,
     training_unaffected,
 )
+from slo.verdict import ExperimentResult, InvariantOutcome, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINER = REPO / "scripts" / "mlflow_peer_trainer.py"
@@ -65,6 +67,34 @@ def judge(ledgers: list[dict[str, Any]], runs: list[TrackingRun], started: float
              "no_data": r.no_data, "measured": r.measured}
             for r in (f(subjects, runs) for f in (metric_points_kept, one_run_per_attempt,
                                                   runs_terminated, training_unaffected))]
+
+
+def peer_verdict(run_id: str, started: float, ended: float, fault_start: float,
+                 fault_end: float, invariants: list[dict[str, Any]],
+                 trainers: dict[str, dict[str, Any]]) -> Verdict:
+    """The measurement as a verdict with one experiment, tracking-outage, carrying the four
+    invariants, so `gameday slo compare` puts it beside a game day's (pure). No SLI, no load,
+    no RTO: only what was measured is in it."""
+    held = [InvariantOutcome(**i) for i in invariants]
+    ok = all(not i.violations and i.no_data is None for i in held)
+    failed = [i.name for i in held if i.violations or i.no_data]
+    findings = [f"{name}: {f['outcome']} in {f['seconds']} s, {f['points_logged']} points "
+                f"logged, longest log_metric {f['longest_log_metric_s']} s"
+                + (f", error: {f['error']}" if f["error"] else "")
+                for name, f in sorted(trainers.items())]
+    return Verdict(
+        run_id=run_id, env="local", suite="tracking-peer", platform="mlflow-client",
+        started_at=started, ended_at=ended, result="pass" if ok else "fail", score=None,
+        key_failed=not ok, exit_code=0 if ok else 2,
+        reason="every tracking invariant held" if ok else
+        "tracking invariant(s) broken: " + ", ".join(failed),
+        slis=[], checks=[], findings=findings,
+        experiments=[ExperimentResult(
+            name="tracking-outage", failure_class="tracking-outage", experiment_ok=ok,
+            title="plain MLflow client under the tracking-outage faults",
+            start=started, end=ended, fault_name="database primary crash + tracking server kill",
+            fault_start=fault_start, fault_end=fault_end, fault_source="faults.jsonl",
+            invariants=held, invariant_names=[i.name for i in held])])
 
 
 def figures(led: dict[str, Any]) -> dict[str, Any]:
@@ -150,5 +180,11 @@ def tracking_peer_cmd(home: Path | None, trainers: int, steps: int, step_delay: 
                "runs_read_back": count, "seconds": round(ended - started, 1),
                "invariants": judge(ledgers, runs, started, ended)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    spans = [json.loads(f) for f in faults if '"fault_start"' in f or '"fault_end"' in f]
+    times = [datetime.fromisoformat(f["time"]).timestamp() for f in spans]
+    verdict = peer_verdict(out.name, started, ended, min(times, default=started),
+                           max(times, default=ended), summary["invariants"],
+                           summary["trainers"])
+    (out / "verdict.json").write_text(verdict.model_dump_json(indent=2, by_alias=True))
     click.echo(json.dumps(summary, indent=2))
     click.echo(f"evidence: {out}")
