@@ -56,7 +56,8 @@ def judge(ledgers: list[dict[str, Any]], runs: list[TrackingRun], started: float
                                 state="succeeded" if led["outcome"] == "succeeded" else "failed",
                                 created_at=_iso(started), finished_at=_iso(ended)))
         end = [c for c in led.get("calls", []) if c["call"] == "end_run"]
-        logs = [c["seconds"] for c in led.get("calls", []) if c["call"].startswith("log_")]
+        # every MLflow call the script made held its training for as long as it took
+        logs = [c["seconds"] for c in led.get("calls", [])]
         events.append(Event(attempt_id=f"peer-{i}", operation_id=op, time=_iso(ended),
                             kind="log", data={"tracking": {
                                 "points_logged": led["points_logged"], "points_dropped": 0,
@@ -109,6 +110,34 @@ def figures(led: dict[str, Any]) -> dict[str, Any]:
             "error": (led.get("error") or "").strip()[-300:] or None}
 
 
+def under_way(url: str, trainers: int, since: float, procs: list[subprocess.Popen[bytes]],
+              steps: int = 20, timeout: float = 180.0) -> None:
+    """Wait until MLflow holds every trainer's run with at least ``steps`` points: the client's
+    import takes seconds on a loaded machine, and faults that hit before training began
+    measure the start, not training."""
+    from controlplane.workload.mlflow_rest import MlflowRest, TrackingError
+
+    client = MlflowRest(url)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                raise click.ClickException("a peer trainer exited before the faults (its log "
+                                           "is in trainers/)")
+            try:
+                runs = client.runs_since(client.experiment_id(EXPERIMENT), int(since * 1000))
+            except TrackingError:
+                runs = []
+            steps_of = [max((m.get("step", 0) for m in (r.get("data") or {}).get("metrics") or []),
+                            default=0) for r in runs]
+            if len(runs) >= trainers and min(steps_of) >= steps:
+                return
+            time.sleep(0.5)
+    finally:
+        client.close()
+    raise click.ClickException(f"the peer trainers did not reach step {steps} in {timeout:.0f} s")
+
+
 @click.command("tracking-peer")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="GAMEDAY_HOME of the running environment (default: $GAMEDAY_HOME or cwd).")
@@ -148,7 +177,7 @@ def tracking_peer_cmd(home: Path | None, trainers: int, steps: int, step_delay: 
              "--step-delay", str(step_delay), "--out", str(out / "trainers" / f"{i}.json")],
             stdout=subprocess.DEVNULL, stderr=open(out / "trainers" / f"{i}.log", "wb"))
             for i in range(trainers)]
-        time.sleep(6.0)  # past the client's import and the run's creation: training under way
+        under_way(url, len(procs), started, procs)  # the faults hit training, not its start
         killed = env.driver.kill("primary/postgres")
         writable = env.wait_db_writable(45.0)
         env.note("failover", {"automation": "failover", "writable_after_s": round(writable, 3),

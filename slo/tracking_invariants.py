@@ -15,7 +15,8 @@ before its start): the game day's trainers start before the fault and train thro
 * ``runs-terminated``: every tracked attempt's run is FINISHED, FAILED or KILLED once the game
   day is over (none left RUNNING for good), and every tracked attempt has a run.
 * ``training-unaffected``: tracking never failed or stalled training: every tracked attempt
-  succeeded, no log call held its trainer longer than 1 s (``longest_log_call_seconds``), and
+  succeeded, no tracking call held its trainer longer than 1 s (``longest_log_call_seconds``:
+  for our sink its log calls, the only ones the trainer makes), and
   its end waited for tracking no longer than the declared bound.
 """
 
@@ -142,7 +143,7 @@ def training_unaffected(subjects: Sequence[Tracked],
             bad.append(f"{t.identity}: training {state}")
         held = t.summary.get("longest_log_call_seconds") if t.summary else None
         if isinstance(held, (int, float)) and held > LOG_CALL_BOUND:
-            bad.append(f"{t.identity}: a log call held training {held:.1f} s "
+            bad.append(f"{t.identity}: a tracking call held training {held:.1f} s "
                        f"(bound {LOG_CALL_BOUND:.0f} s)")
         wait = t.summary.get("finish_wait_seconds") if t.summary else None
         if isinstance(wait, (int, float)):

@@ -28,7 +28,7 @@ def test_a_failed_peer_trainer_with_its_run_left_running_breaks_three_promises()
     assert got["runs-terminated"]["violations"] == ["peer-x-1/attempt-1: run r1 left RUNNING"]
     assert got["training-unaffected"]["violations"] == [
         "peer-x-1/attempt-1: training failed",
-        "peer-x-1/attempt-1: a log call held training 62.5 s (bound 1 s)"]
+        "peer-x-1/attempt-1: a tracking call held training 62.5 s (bound 1 s)"]
 
 
 def test_figures_name_the_longest_blocking_call() -> None:
@@ -59,7 +59,7 @@ def test_the_peer_verdict_sits_beside_a_game_day_in_slo_compare() -> None:
                        acknowledged_lost=0, invariants=[InvariantOutcome(
                            name="training-unaffected", judged=3)])])
     rows = dict(comparison_rows([ours, peer]))
-    held = "peer-x-0/attempt-1: a log call held training 62.9 s (bound 1 s)"
+    held = "peer-x-0/attempt-1: a tracking call held training 62.9 s (bound 1 s)"
     assert rows["experiment tracking-outage invariant training-unaffected"] == [
         "0 violations (judged 3)", f"1 violation(s) (judged 1): {held}"]
     assert rows["experiment tracking-outage"][1].startswith("fail (no load, no RTO")

@@ -81,7 +81,7 @@ def test_training_failed_or_waiting_past_the_bound_is_affected() -> None:
     assert set(result.violations) == {
         "op1/attempt-1: training failed",
         "op2/attempt-1: waited 300.0 s for tracking at its end (bound 125 s)",
-        "op3/attempt-1: a log call held training 62.4 s (bound 1 s)"}
+        "op3/attempt-1: a tracking call held training 62.4 s (bound 1 s)"}
 
 
 def test_no_snapshot_or_no_tracked_attempt_is_no_data_never_a_pass() -> None:
