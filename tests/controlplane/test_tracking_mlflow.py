@@ -245,3 +245,34 @@ def test_a_run_ending_while_tracking_is_away(mlflow: Tracking, defect: str) -> N
         assert summary.status_sent == FINISHED, summary
         assert [r["info"]["status"] for r in runs] == ["FINISHED"]
         assert summary.finish_wait_seconds >= 2.0, "finish did not wait for the server"
+
+
+class LoseFirstCreateAnswer(httpx.HTTPTransport):
+    """Forwards every request to the real server; the answer of the first runs/create is lost
+    after the server committed it (what a reset connection or a timeout does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/runs/create") and not self.lost:
+            response.read()
+            self.lost += 1
+            raise httpx.ReadTimeout("answer lost after the commit", request=request)
+        return response
+
+
+def test_a_create_whose_answer_was_lost_makes_no_second_run(mlflow: Tracking) -> None:
+    transport = LoseFirstCreateAnswer()
+    client = MlflowRest(mlflow.url, timeout=POLICY.call_timeout, transport=transport)
+    sink = TrackingSink(client, experiment="test-tracking", attempt_id="lost-create/attempt-1",
+                        run_name="lost-create", policy=POLICY)
+    sink.start({"steps": 5})
+    _train(sink, 5, 0.0)
+    summary = sink.finish(FINISHED)
+    assert transport.lost == 1 and summary.unavailable_calls >= 1, summary
+    runs = _runs(mlflow.url, "lost-create/attempt-1")
+    assert [r["info"]["status"] for r in runs] == ["FINISHED"], runs
+    assert _held(mlflow.url, summary.run_id or "") == 5
