@@ -461,18 +461,20 @@ def submit_workloads(tag: str, count: int = 1, steps: int = 40, checkpoint_every
                      step_delay: float = 0.05, seed: int = 7, regions: list[str] | None = None,
                      dataset: str | None = None, accelerators: int = 0, max_retries: int = 3,
                      checkpoint_commit_delay: float = 0.0, checkpoint_upload_every: int = 1,
-                     checkpoint_sync_delay: float = 0.0, wait_for: str | None = None,
+                     checkpoint_sync_delay: float = 0.0, tracking: bool = False,
+                     wait_for: str | None = None,
                      timeout: float = 60.0, configuration: Configuration = None,
                      secrets: Secrets = None) -> dict:
     """Submit ``count`` sample training operations under ``tag`` (every acknowledgement goes to
-    the run's ledger) and optionally wait until they all reach state ``wait_for``."""
+    the run's ledger) and optionally wait until they all reach state ``wait_for``; ``tracking``:
+    they log to the environment's tracking server too (the tracking-outage class)."""
     ctx = _ctx(configuration)
     w = Workload(steps=steps, checkpoint_every=checkpoint_every, step_delay=step_delay,
                  seed=seed, regions=tuple(regions) if regions else None, dataset=dataset,
                  accelerators=accelerators, max_retries=max_retries,
                  checkpoint_commit_delay=checkpoint_commit_delay,
                  checkpoint_upload_every=checkpoint_upload_every,
-                 checkpoint_sync_delay=checkpoint_sync_delay,
+                 checkpoint_sync_delay=checkpoint_sync_delay, tracking=tracking,
                  name=f"{ctx.experiment}-{tag}"[:120],
                  queue="gpu" if accelerators else "default")
     ids, acks = [], []

@@ -7,6 +7,8 @@ import time
 import uuid
 from typing import Any
 
+import httpx
+
 from chaos.actions import ROTATED
 from chaos.context import ChaosError, Context, utcnow
 from platforms import PlatformError, SubmitRequest, Workload
@@ -30,6 +32,7 @@ __all__ = [
     "step_resumed_from_checkpoint",
     "store_and_artifacts_reconciled",
     "submission_acknowledged",
+    "tracking_server_ready",
 ]
 
 Configuration = dict[str, Any] | None
@@ -65,6 +68,25 @@ def submission_acknowledged(timeout: float = 10.0, configuration: Configuration 
 
 def database_writable(configuration: Configuration = None, secrets: Secrets = None) -> bool:
     return bool(_ctx(configuration).env.db_writable())
+
+
+def tracking_server_ready(timeout: float = 60.0, configuration: Configuration = None,
+                          secrets: Secrets = None) -> bool:
+    """The environment's tracking server (endpoint ``mlflow``) answers its health check within
+    ``timeout`` s; False without one (`gameday env up --tracking`)."""
+    url = _ctx(configuration).env.endpoints.get("mlflow")
+    if not url:
+        return False
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def environment_healthy(configuration: Configuration = None, secrets: Secrets = None) -> bool:

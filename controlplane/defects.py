@@ -75,6 +75,11 @@ KNOWN: dict[str, str] = {
     "excluded-source-unnamed": "a degraded step result is accepted with the names of the "
                                "sources it left out dropped: the pipeline reads as complete "
                                "on fewer sources",
+    "tracking-flush-drops-batch": "the workload's tracking sink throws away a batch of metric "
+                                  "points whose send failed: points the trainer logged while "
+                                  "tracking was away never reach MLflow",
+    "tracking-finish-once": "the workload's tracking sink tells MLflow a run ended only once: "
+                            "a run that ends while tracking is away stays RUNNING for good",
 }
 
 
@@ -115,6 +120,9 @@ WHERE: dict[str, frozenset[str]] = {
     "agent-revocation-ignored": frozenset({"api"}),  # store/auth.py lookup
     "source-digest-unchecked": frozenset({"agent"}),  # the workload inherits its agent's env
     "excluded-source-unnamed": frozenset({"reconciler"}),  # store/pipelines.py acceptance
+    # the workload's tracking sink (controlplane/workload/tracking.py)
+    "tracking-flush-drops-batch": frozenset({"agent"}),
+    "tracking-finish-once": frozenset({"agent"}),
 }
 
 

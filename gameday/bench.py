@@ -18,6 +18,7 @@ from gameday.bench_idle import idle_cmd, measure_idle
 from gameday.bench_peer import PEERS
 from gameday.bench_runtime import runtime_cmd, runtime_rounds
 from gameday.bench_submit import IMAGE, measure_submit, submit_summary
+from gameday.tracking_peer import tracking_peer_cmd
 
 
 @click.group("bench")
@@ -183,3 +184,4 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
 bench_group.add_command(disk_cmd)
 bench_group.add_command(idle_cmd)
 bench_group.add_command(runtime_cmd)
+bench_group.add_command(tracking_peer_cmd)

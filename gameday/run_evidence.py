@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from environments.base import Environment, EvidenceNeeds
-from gameday import collect
+from gameday import collect, tracking_collect
 from gameday.output import say
 from slo.telemetry import SCRAPES_PROMQL, SCRAPES_QUERY
 
@@ -55,6 +55,14 @@ def collect_evidence(env: Environment, adapter: Any, run_dir: Path, started_at: 
     except RuntimeError as exc:
         counts = {"error": str(exc)}
         say(console, f"[red]{exc}[/]")
+    if eps.get("mlflow") and "error" not in counts:  # the environment runs a tracking server
+        try:
+            counts["tracking_runs"] = tracking_collect.tracking_runs(
+                eps["mlflow"], eps.get("mlflow_experiment") or "gameday-training",
+                run_dir / "snapshot" / "tracking_runs.jsonl", started_at)
+        except RuntimeError as exc:  # not written: the tracking invariants say "no data"
+            counts["tracking_runs"] = f"error: {exc}"
+            say(console, f"[red]{exc}[/]")
     if needs.known_gaps is not None:
         counts = record_gaps(needs, run_dir, counts, rollback, lock, console)
     return Evidence(ended_at, acks, faults, prom, counts)

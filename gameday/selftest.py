@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from environments.local.storage import REQUIREMENT as STORAGE
+from environments.local.tracking import REQUIREMENT as TRACKING
+from environments.local.tracking import missing as tracking_missing
 from gameday.run import EXIT_REFUSED, Options, resolve_home, run_gameday
 from gameday.suites import SUITES, experiment_requires
 
@@ -123,6 +125,15 @@ MATRIX += (
     Case("data-source-unavailable", "excluded-source-unnamed", "data-source-unavailable",
          "data-source-unavailable.invariant.sources-accounted"),
 )
+# tracking-outage: two code paths of the workload's tracking sink (controlplane/workload/
+# tracking.py): the send of a metric batch (its failure throws the batch away) and the end of
+# the run (told once, not retried)
+MATRIX += (
+    Case("tracking-outage", "tracking-flush-drops-batch", "tracking-outage",
+         "tracking-outage.invariant.metric-points-kept"),
+    Case("tracking-outage", "tracking-finish-once", "tracking-outage",
+         "tracking-outage.invariant.runs-terminated"),
+)
 
 
 @dataclass
@@ -215,9 +226,10 @@ def selftest_cmd(defects: tuple[str, ...], suite: str, runs_dir: Path, down_afte
     home = resolve_home(None)
     cases = select(defects, suite)
     env = LocalEnvironment("local", home)
-    if not env.info and any(STORAGE in experiment_requires(c.experiment) for c in cases):
-        # a new environment gets the storage layer the disk classes need
-        env = LocalEnvironment("local", home, storage_faults=True)
+    if not env.info:  # a new environment gets the layers its cases need
+        needs = {r for c in cases for r in experiment_requires(c.experiment)}
+        env = LocalEnvironment("local", home, storage_faults=STORAGE in needs,
+                               tracking=TRACKING in needs and tracking_missing() is None)
     started_env = False
     if not env.is_running():
         console.print("bringing up the local environment ...")

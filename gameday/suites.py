@@ -33,13 +33,16 @@ SUITES: dict[str, tuple[str, ...]] = {
 # last, so every other class runs on the schema it was written for.
 # The storage classes need the storage layer (`env up --storage-faults`): without it the local
 # environment reports them not applicable, with the reason.
+# tracking-outage needs MLflow's tracking server (`env up --tracking`); without it the local
+# environment reports it not applicable, with the reason.
 # overload-metastability drives the API near its capacity (most of a small machine's CPU) and
 # leaves thousands of blocked operations behind: after every class whose load it would disturb.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
                   "zone-outage", "telemetry-loss", "pipeline-recovery", "data-source-unavailable",
                   "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
-                  "overload-metastability", "checkpoint-power-loss", "upgrade")
+                  "overload-metastability", "checkpoint-power-loss", "tracking-outage",
+                  "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = (frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)

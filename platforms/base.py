@@ -32,6 +32,9 @@ class Workload:
     # goes to the object store, and a checkpoint's last file waits this long for its fsync
     checkpoint_upload_every: int = 1
     checkpoint_sync_delay: float = 0.0
+    # also log params and the loss per step to the environment's tracking server (MLflow:
+    # controlplane/workload/tracking.py); a platform without one refuses it
+    tracking: bool = False
     cpu: int = 1
     accelerators: int = 0
     regions: tuple[str, ...] | None = None

@@ -132,7 +132,8 @@ class ControlPlaneAdapter:
                                     **({"checkpoint_upload_every": w.checkpoint_upload_every}
                                        if w.checkpoint_upload_every != 1 else {}),
                                     **({"checkpoint_sync_delay": w.checkpoint_sync_delay}
-                                       if w.checkpoint_sync_delay else {})}},
+                                       if w.checkpoint_sync_delay else {}),
+                                    **({"tracking": 1} if w.tracking else {})}},
             "resources": {"cpu": w.cpu, "accelerator":
                           {"type": "sim-a100", "count": w.accelerators} if w.accelerators else None},
             "placement": {"regions": list(w.regions) if w.regions else None, "dataset": w.dataset},

@@ -72,6 +72,11 @@ NOT_APPLICABLE: dict[str, str] = {
     "credential-rotation": (
         "rotates the reference control plane's agent/project tokens and its database role's "
         "password; Prefect's API keys and database are not driven by this experiment"),
+    "tracking-outage": (
+        "judges the reference control plane's training workload logging to MLflow through its "
+        "own tracking sink (controlplane/workload/tracking.py); the Prefect flow does not log to "
+        "a tracking server, and the plain MLflow client's behaviour is measured apart (docs/"
+        "tracking.md)"),
     "zone-outage": (
         "the Prefect server and its process workers belong to no zone in the local environment "
         "(env.json zones lists the reference control plane's replicas and agents only), so a "

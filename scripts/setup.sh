@@ -47,4 +47,8 @@ bash scripts/setup-prefect.sh
 # KServe's model server in its own venv, for the local environment's serving replicas
 # (`gameday env up --serving`, docs/serving.md)
 bash scripts/setup-kserve.sh
+# MLflow 3.17.2 in its own venv, for the tracking-outage class (its server in the local
+# environment, its plain client as the peer) and the bench's peer: 138 s from nothing on the
+# loaded 2-core machine (2026-12-07), 24 s to add a package to it
+bash scripts/setup-mlflow.sh
 echo "==> ready: .venv/bin/gameday"

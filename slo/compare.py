@@ -55,6 +55,11 @@ def comparison_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
             e = next((x for x in v.experiments if x.name == name), None)
             if e is not None and not e.measured:
                 cells.append(f"not measured: {e.not_measured_reason}")
+            elif e is not None and e.requests is None and e.rto_seconds is None:
+                # a measurement without load or RTO (e.g. `gameday bench tracking-peer`): its
+                # invariants' rows say what it judged
+                cells.append(f"{experiment_status(v, name)} (no load, no RTO: "
+                             f"{e.fault_name or 'faults'} measured directly)")
             elif e is not None:
                 cells.append(f"{experiment_status(v, name)}: recovery {fmt_secs(e.recovery_seconds)}"
                              f" / RTO {fmt_secs(e.rto_seconds)}, {e.failed_requests} failed requests,"

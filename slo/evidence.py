@@ -309,6 +309,21 @@ class SideEffectRecord(_Record):
     created_at: UtcTime
 
 
+class TrackingRun(_Record):
+    """One run the tracking server holds, read back through its REST API after the game day:
+    snapshot/tracking_runs.jsonl (docs/EVIDENCE.md)."""
+
+    run_id: str
+    attempt_tag: str | None = None  # the `gameday.attempt_id` tag: `<operation_id>/attempt-<n>`
+    status: str  # RUNNING | FINISHED | FAILED | KILLED | SCHEDULED
+    start_time: UtcTime | None = None
+    end_time: UtcTime | None = None
+    # distinct (step, timestamp) points held per metric key
+    metric_points: dict[str, int] = Field(default_factory=dict)
+    params: int = 0
+    artifacts: tuple[str, ...] = ()
+
+
 class Evidence(_Record):
     run_dir: Path
     run: RunInfo
@@ -335,6 +350,8 @@ class Evidence(_Record):
     side_effects: tuple[SideEffectRecord, ...] | None = None
     # None: snapshot/agent_liveness.jsonl was not collected (the routing invariant: no data)
     agent_liveness: tuple[AgentHeardAgain, ...] | None = None
+    # None: no tracking server in the environment (snapshot/tracking_runs.jsonl not collected)
+    tracking_runs: tuple[TrackingRun, ...] | None = None
 
     @property
     def snapshot_time(self) -> datetime:
@@ -569,7 +586,8 @@ def load_evidence(run_dir: str | Path) -> Evidence:
                                ("pipeline_steps", PipelineStepRecord),
                                ("pipeline_events", PipelineEvent),
                                ("side_effects", SideEffectRecord),
-                               ("agent_liveness", AgentHeardAgain))},
+                               ("agent_liveness", AgentHeardAgain),
+                               ("tracking_runs", TrackingRun))},
     )
     if not evidence.requests:
         raise EvidenceError("requests.jsonl: empty; API availability cannot be computed")

@@ -15,6 +15,7 @@ from slo import outcome_invariants as oc
 from slo import overload_invariants as ov
 from slo import pipelines as pl
 from slo import storage_invariants as st
+from slo import tracking_invariants as tr
 from slo.evidence import (
     AgentRecord,
     Attempt,
@@ -428,6 +429,24 @@ def _outcome_judge(name: str) -> Judge:
 
 for _name in ("artifacts-complete", "routed-to-live-agents", "retired-credentials-refused"):
     INVARIANTS[_name] = _outcome_judge(_name)
+
+
+def _tracking_judge(name: str) -> Judge:
+    """The tracking invariants (slo/tracking_invariants.py)."""
+    judges = {"metric-points-kept": tr.metric_points_kept,
+              "one-run-per-attempt": tr.one_run_per_attempt,
+              "runs-terminated": tr.runs_terminated,
+              "training-unaffected": tr.training_unaffected}
+
+    def judge(ev: Evidence, lo: float, hi: float, _: float) -> InvariantResult:
+        subjects = tr.tracked(ev.attempts, ev.events, ev.tracking_runs or (), lo, hi)
+        return judges[name](subjects, ev.tracking_runs)
+    return judge
+
+
+for _name in ("metric-points-kept", "one-run-per-attempt", "runs-terminated",
+              "training-unaffected"):
+    INVARIANTS[_name] = _tracking_judge(_name)
 
 
 # (evidence, window start, window end, the recovery objective's RTO in seconds) -> result:

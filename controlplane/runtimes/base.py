@@ -24,6 +24,7 @@ _TRAIN_FLAGS = {
     "checkpoint_commit_delay": "--checkpoint-commit-delay",
     "checkpoint_upload_every": "--checkpoint-upload-every",
     "checkpoint_sync_delay": "--checkpoint-sync-delay",
+    "tracking": "--tracking",  # 1: log to $MLFLOW_TRACKING_URI (controlplane/workload/tracking.py)
 }
 PARAM_FLAGS: dict[str, dict[str, str]] = {
     "train": _TRAIN_FLAGS,

@@ -78,6 +78,14 @@ def parser() -> argparse.ArgumentParser:
                    "default: $CONTROLPLANE_CHECKPOINT_DIR, none when unset")
     p.add_argument("--s3-endpoint", default=None, help="default: $S3_ENDPOINT_URL")
     p.add_argument("--bucket", default=None, help="default: $ARTIFACT_BUCKET or ml-artifacts")
+    p.add_argument("--tracking", type=int, choices=[0, 1], default=0,
+                   help="train: 1 also logs params, the loss per step and metrics.json to the "
+                   "MLflow tracking server at --tracking-uri, never waiting for it "
+                   "(controlplane/workload/tracking.py)")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI")
+    p.add_argument("--tracking-experiment", default=None,
+                   help="the MLflow experiment of the runs; default: "
+                   "$GAMEDAY_TRACKING_EXPERIMENT or gameday-training")
     p.add_argument("--parent-pid", type=int, default=None,
                    help="exit when this process (the agent) dies")
     return p
@@ -91,7 +99,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.bucket = os.environ.get("ARTIFACT_BUCKET", "ml-artifacts")
     if args.local_checkpoint_dir is None:
         args.local_checkpoint_dir = os.environ.get("CONTROLPLANE_CHECKPOINT_DIR") or None
+    if args.tracking_uri is None:
+        args.tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or None
+    if args.tracking_experiment is None:
+        args.tracking_experiment = (os.environ.get("GAMEDAY_TRACKING_EXPERIMENT")
+                                    or "gameday-training")
     return args
+
+
+def start_tracking(args: argparse.Namespace) -> object | None:
+    """The attempt's tracking sink, started (its run is found or created in the background), or
+    None without ``--tracking 1``. One identity per attempt: operation id + attempt number."""
+    if not args.tracking:
+        return None
+    from controlplane.workload.events import emit
+    from controlplane.workload.mlflow_rest import MlflowRest
+    from controlplane.workload.tracking import TrackingSink
+
+    sink = TrackingSink(
+        MlflowRest(args.tracking_uri), experiment=args.tracking_experiment,
+        attempt_id=f"{args.operation_id}/attempt-{args.attempt}",
+        run_name=f"{args.operation_id[:8]}-attempt-{args.attempt}",
+        on_event=lambda message, data: emit("log", message, tracking_event=data))
+    sink.start({"steps": args.steps, "checkpoint_every": args.checkpoint_every,
+                "seed": args.seed, "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate, "operation_id": args.operation_id,
+                "attempt": args.attempt})
+    return sink
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         config.validate()
     except ValueError as exc:
         emit("start_failed", str(exc), error_kind="deterministic")
+        return EXIT_INVALID
+    if args.tracking and (args.kind != "train" or not args.tracking_uri):
+        why = ("only the train kind logs to tracking" if args.kind != "train"
+               else "no tracking server: set MLFLOW_TRACKING_URI or --tracking-uri")
+        emit("start_failed", f"workload.params.tracking: {why}", error_kind="deterministic")
         return EXIT_INVALID
     # shared: under the warm parent the client was made before the fork (runtimes/zygote.py)
     store = storage.ObjectStore(storage.shared_s3_client(
@@ -155,14 +194,27 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, args.seconds))
         emit("log", f"fail workload exiting with {args.exit_code} as asked")
         return args.exit_code
+    from controlplane.workload.tracking import FAILED, FINISHED, TrackingSink
+
+    tracking = start_tracking(args)
+    assert tracking is None or isinstance(tracking, TrackingSink)
+    status = FAILED
     try:  # no ensure_bucket(): the first write creates a missing bucket (ObjectStore.put)
         if args.kind == "sleep":
             sleep(ctx, args.seconds)
         else:
-            train(ctx, config)
+            train(dataclasses.replace(ctx, tracking=tracking), config)
+        status = FINISHED
     except ValueError as exc:  # e.g. a checkpoint from a different configuration
         emit("log", f"invalid input: {exc}")
         return EXIT_INVALID
+    finally:
+        if tracking is not None:  # the run is ended FAILED too when training raised
+            summary = tracking.finish(status)
+            emit("log", f"tracking: {summary.points_acknowledged} of {summary.points_logged} "
+                 f"points in MLflow, run {summary.run_id} {summary.status_sent or 'not ended'}, "
+                 f"waited {summary.finish_wait_seconds:.1f} s at the end",
+                 tracking=summary.to_json())
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from controlplane import defects, storage
 from controlplane.workload import model
 from controlplane.workload.events import emit
 from controlplane.workload.local import LocalCheckpoints, Slot, slot_of
+from controlplane.workload.tracking import TrackingSink
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class RunContext:
     local: LocalCheckpoints | None = None
     upload_every: int = 1  # with a local directory: every n-th checkpoint also to the store
     checkpoint_sync_delay: float = 0.0  # with a local directory: the last file's fsync waits
+    # params, metrics and the metrics artifact also go to an MLflow tracking server (never
+    # waited for: controlplane/workload/tracking.py); None: no tracking
+    tracking: TrackingSink | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
     while state.step < config.steps:
         model.train_step(state, data, config)
         emit("progress", "", step=state.step, total=config.steps, loss=state.last_loss)
+        if ctx.tracking is not None:
+            ctx.tracking.log_metric("loss", state.last_loss, state.step)
         if state.step % config.checkpoint_every == 0:
             prefix = storage.checkpoint_prefix(ctx.operation_id, ctx.attempt, state.step)
             emit("checkpoint_started", f"checkpoint step {state.step}", step=state.step, prefix=prefix)
@@ -234,4 +240,6 @@ def train(ctx: RunContext, config: model.TrainConfig) -> dict[str, object]:
         "weights_sha256": storage.sha256_hex(weights),
     }
     _finish(ctx, weights, metrics)
+    if ctx.tracking is not None:
+        ctx.tracking.log_artifact("metrics.json", json.dumps(metrics, sort_keys=True).encode())
     return metrics

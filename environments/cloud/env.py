@@ -97,6 +97,11 @@ NOT_APPLICABLE = {
     "data-source-unavailable": "corrupts and deletes a source object through the local "
                                "fault driver's timeline (the cloud drivers record no such "
                                "fault yet) and needs the image pinned by digest: local only",
+    "tracking-outage": "kills MLflow's tracking server process and reads its runs back "
+                       "through the local environment's endpoint (`gameday env up "
+                       "--tracking`); a stack's tracking Deployment (namespace mlp-tracking, "
+                       "docs/infra.md) has no fault target or endpoint in the cloud driver yet "
+                       "and this experiment never ran against one: local only",
     "network-gray": "adds toxics (latency, resets, silent connections) to the local fault "
                     "proxy's agent routes. The cloud driver maps toxics to Chaos Mesh "
                     "NetworkChaos (latency as delay, full silence as 100 % loss; tested offline "

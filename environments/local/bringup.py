@@ -18,7 +18,7 @@ import httpx
 import yaml
 
 from controlplane.storage import StorageConfig, make_s3_client
-from environments.local import node_disk, procs, serving, storage
+from environments.local import node_disk, procs, serving, storage, tracking
 from environments.local.components import build_components
 from environments.local.configs import gameday_targets_file
 from environments.local.database import LocalDatabase
@@ -208,7 +208,10 @@ def up_controlplane(state: EnvState, processes: Processes, db: LocalDatabase, sa
     processes.run_step("seed", gameday_argv("controlplane", "seed", "--file", str(seed_file)),
                      env_extra=dsn_env)
     say("projects, tokens and queues seeded")
-    names = [n for n, s in state.components.items() if s.group in (Group.CONTROLPLANE, Group.AGENT)]
+    # a service with a bring-up of its own (MLflow's server: environments/local/tracking.py) is
+    # started by it, not here
+    names = [n for n, s in state.components.items()
+             if s.group in (Group.CONTROLPLANE, Group.AGENT) and "service" not in s.labels]
     for name in names:
         processes.spawn(name)
     say(f"control plane started ({len(names)} processes)")
@@ -217,7 +220,7 @@ def up_controlplane(state: EnvState, processes: Processes, db: LocalDatabase, sa
 
 def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
          topology: tuple[AgentSpec, ...], db_root: Path, storage_faults: bool,
-         with_serving: bool = False) -> bool:
+         with_serving: bool = False, with_tracking: bool = False) -> bool:
     """What `up` is about to start, recorded in ``state`` (not yet written): ports (kept from
     the previous run when still free), the components of the shared services, the control plane
     when ``commands`` has it and the platform (``hooks``: environments/local/platform.py), zones,
@@ -232,12 +235,17 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
     ports = allocate_ports(port_names(topology) + hooks.port_names()
                            + storage.port_names(storage_faults)
                            + serving.port_names(with_serving and with_cp)
-                           + node_disk.port_names(storage_faults, tuple(a.name for a in agents)),
+                           + node_disk.port_names(storage_faults, tuple(a.name for a in agents))
+                           + tracking.port_names(with_tracking),
                            previous.get("ports"), owner=str(state.dir))
     for stale in (state.dir / "run").glob("*.json"):
         stale.unlink()
     state.components = build_components(state.dir, state.name, ports, secrets, agents, with_cp,
                                         db_root=db_root, storage_faults=storage_faults)
+    tracking_password = tracking.new_password(previous.get("tracking_db_password"))
+    if with_tracking:
+        state.components.update(tracking.build_components(ports, tracking_password,
+                                                          state.components))
     platform_info = hooks.prepare(previous.get("platform_info") or {})
     state.components.update(hooks.build_components(state.dir, ports, platform_info))
     zones = label_zones(state.components, agents)
@@ -245,6 +253,7 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
         "name": state.name, "state_dir": str(state.dir), "db_root": str(db_root),
         "status": "starting", "storage_faults": storage_faults,
         "serving": bool(serving.replicas(state.components)),
+        "tracking": with_tracking, "tracking_db_password": tracking_password,
         "started_at": utcnow(), "ports": ports, "secrets": asdict(secrets),
         "agents": [a.as_dict() for a in agents],
         "controlplane": {"included": with_cp, "agents": with_agents,
@@ -257,6 +266,8 @@ def plan(state: EnvState, hooks: Any, platform: str, commands: set[str],
     }
     state.info["endpoints"].update(hooks.endpoints(ports))
     state.info["endpoints"].update(serving.endpoints(ports))
+    if with_tracking:
+        state.info["endpoints"].update(tracking.endpoints(ports))
     return with_cp
 
 

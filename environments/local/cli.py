@@ -120,16 +120,22 @@ def env_group() -> None:
 @click.option("--serving/--no-serving", default=None,
               help="Also start model serving: KServe model servers behind HAProxy's serving "
                    "frontend (docs/serving.md). Default: as the environment was created (off).")
+@click.option("--tracking/--no-tracking", default=None,
+              help="Also start MLflow's tracking server (from scripts/setup-mlflow.sh) on the "
+                   "cluster's database and the S3 server; the agents' train workloads log to "
+                   "it with `tracking: 1` (the tracking-outage class). Default: as the "
+                   "environment was created (off).")
 def up_cmd(name: str, home: Path | None, infra_only: bool, timeout: float, as_json: bool,
            show_secrets: bool, platform: str, storage_faults: bool | None,
-           serving: bool | None) -> None:
+           serving: bool | None, tracking: bool | None) -> None:
     """Start every component and wait until each is healthy; refuse if already running."""
     from environments.local.env import LocalEnvironment, state_dir_for
 
     problem = unwritable(state_dir_for(name, home), "the state directory")
     if problem:
         raise click.ClickException(problem)
-    env = LocalEnvironment(name, home, storage_faults=storage_faults, serving=serving)
+    env = LocalEnvironment(name, home, storage_faults=storage_faults, serving=serving,
+                           tracking=tracking)
     started = time.monotonic()
     with domain_errors(), console.status(f"starting environment {name!r} ...") as spinner:
         def report(message: str) -> None:

@@ -21,6 +21,23 @@ MEMBERS = ("pg-0", "pg-1")
 LEADER_ROLES = ("leader", "master", "primary")
 
 
+def ensure_role_and_database(admin_dsn: str, user: str, password: str, database: str) -> None:
+    """A login role with this password owning its database, on the primary (idempotent): how a
+    platform's or service's server (Prefect, MLflow) gets its own database on the cluster."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        conn.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+            sql.Identifier(user), sql.Literal(password)))
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                            (database,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(user)))
+
+
 class LocalDatabase:
     def __init__(self, state: EnvState) -> None:
         self.state = state  # its components (member ports), env.json (ports, secrets), log files

@@ -32,7 +32,7 @@ from environments.environment_types import (
     OpenRun,
     RunRequest,
 )
-from environments.local import bringup, for_run, orphans, procs, serving, storage
+from environments.local import bringup, for_run, orphans, procs, serving, storage, tracking
 from environments.local.backup import DatabaseBackups
 from environments.local.bringup import (
     controlplane_commands,
@@ -72,7 +72,8 @@ class LocalEnvironment:
 
     def __init__(self, name: str = "local", home: Path | None = None,
                  agents: tuple[AgentSpec, ...] = DEFAULT_AGENTS,
-                 storage_faults: bool | None = None, serving: bool | None = None) -> None:
+                 storage_faults: bool | None = None, serving: bool | None = None,
+                 tracking: bool | None = None) -> None:
         self.name = name
         self.state_dir = state_dir_for(name, home)
         self.state = EnvState(name, self.state_dir, agents)
@@ -89,6 +90,9 @@ class LocalEnvironment:
         # whether `up` starts the model servers (environments/local/serving.py); None: as
         # env.json says (off for a new environment)
         self.serving = bool(self.info.get("serving")) if serving is None else serving
+        # whether `up` starts MLflow's tracking server (environments/local/tracking.py); None:
+        # as env.json says (off for a new environment)
+        self.tracking = (bool(self.info.get("tracking")) if tracking is None else tracking)
 
     # -- its record (environments/local/state.py) --------------------------------------------------
     @property
@@ -224,6 +228,8 @@ class LocalEnvironment:
             return f"needs the storage fault layer: {storage.HINT}"
         if serving.REQUIREMENT in requires and not serving.replicas(self.components):
             return f"needs model serving: {serving.HINT}"
+        if tracking.REQUIREMENT in requires and tracking.SERVER not in self.components:
+            return f"needs MLflow's tracking server: {tracking.HINT}"
         return None
 
     # -- what callers ask of its processes, database and releases ---------------------------
@@ -289,6 +295,8 @@ class LocalEnvironment:
             problems += storage.preflight()
         if self.serving:
             problems += serving.preflight()
+        if self.tracking and tracking.missing():
+            problems.append(f"--tracking: {tracking.missing()}")
         if self.info and bool(self.info.get("storage_faults")) != self.storage_faults:
             # the data directories are in other places with and without the storage layer
             was = "with" if self.info.get("storage_faults") else "without"
@@ -302,13 +310,17 @@ class LocalEnvironment:
         # kept across up/down so a stopped environment restarts on its own data
         db_root = Path(self.info.get("db_root") or db_root_for(self.state_dir, self.name))
         with_cp = bringup.plan(self.state, hooks, platform, commands, self.topology, db_root,
-                               self.storage_faults, self.serving)
+                               self.storage_faults, self.serving, self.tracking)
         self.state.save()
         self.note("env_up", {"controlplane": with_cp, "agents": [a.name for a in self.agents]})
         try:
             self.processes.start_supervisor()
             say("supervisor running")
             up_infra(self.state, self.processes, self.db, say, timeout)
+            if self.tracking:  # before the control plane: its agents log to it
+                self.info["tracking_start_seconds"] = tracking.up(
+                    self.processes, self.endpoints["admin_dsn"],
+                    self.info["tracking_db_password"], say, timeout)
             if with_cp:
                 up_controlplane(self.state, self.processes, self.db, say, timeout)
             hooks.up(self, say, timeout)

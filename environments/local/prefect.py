@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from environments.local.database import ensure_role_and_database
 from environments.local.errors import ComponentUnhealthy, EnvError
 from environments.local.spec import ComponentSpec, Group, HealthCheck
 from environments.local.topology import BUCKET
@@ -200,17 +201,7 @@ def endpoints(ports: dict[str, int]) -> dict[str, Any]:
 # -- bring-up -----------------------------------------------------------------------------------
 def setup_database(admin_dsn: str, password: str) -> None:
     """Role + database ``prefect`` on the primary (idempotent)."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (DB_USER,)).fetchone()
-        verb = "ALTER" if exists else "CREATE"
-        conn.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
-            sql.Identifier(DB_USER), sql.Literal(password)))
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(DB_NAME), sql.Identifier(DB_USER)))
+    ensure_role_and_database(admin_dsn, DB_USER, password, DB_NAME)
 
 
 def wait_pools(api: str, pools: list[str], timeout: float) -> None:
