@@ -33,7 +33,7 @@ from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
 from controlplane.procstate import running
-from controlplane.serving.artifact import golden_correct
+from controlplane.serving.artifact import golden_correct, infer_request
 from controlplane.serving.catalog import GOLDEN
 from loadtests import routes
 from loadtests.client import (
@@ -284,8 +284,7 @@ class Inferrer(FastHttpUser):
         if not CONFIG.serving_endpoint or not CONFIG.serving_model:
             return  # the environment serves no model
         row = list(random.choice(GOLDEN.inputs))
-        body = {"inputs": [{"name": "input-0", "shape": [1, len(row)], "datatype": "FP64",
-                            "data": row}]}
+        body = infer_request(row)
         url = f"{CONFIG.serving_endpoint}/v2/models/{CONFIG.serving_model}/infer"
         started = time.time()
         version, correct, error = None, None, None

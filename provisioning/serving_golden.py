@@ -27,6 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controlplane.serving.artifact import (
+    OUTPUT_TENSOR,
+    ArtifactError,
+    decode_golden,
+    infer_request,
+)
+
 EXIT_PASS, EXIT_FAIL, EXIT_UNJUDGED = 0, 1, 2
 
 
@@ -86,30 +93,20 @@ def judge_case(index: int, case: Mapping[str, Any], status: int, body: Any, vers
 
 
 # The serving side's tensors and tolerance (controlplane/serving: one input row, one output).
-INPUT_TENSOR, OUTPUT_TENSOR, TOLERANCE = "input-0", "output-0", 1e-6
+TOLERANCE = 1e-6
 
 
 def parse_golden(raw: bytes, source: str) -> list[dict[str, Any]]:
-    """The golden set as cases: v2 ``inputs`` and the expected ``outputs`` by tensor name."""
+    """The golden set as cases: v2 ``inputs`` and the expected ``outputs`` by tensor name. Read
+    as the model server reads it (controlplane/serving/artifact.py), so both refuse alike."""
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise GoldenSetError(f"{source}: not JSON ({exc})") from None
-    inputs, expected = (doc.get("inputs"), doc.get("expected")) if isinstance(doc, dict) else (None, None)
-    if not isinstance(inputs, list) or not isinstance(expected, list) or len(inputs) != len(expected):
-        raise GoldenSetError(f"{source}: fields 'inputs' and 'expected' must be lists of equal length")
-    if not inputs:
+        golden = decode_golden(raw, source)
+    except ArtifactError as exc:
+        raise GoldenSetError(str(exc)) from None
+    if not golden.inputs:
         raise GoldenSetError(f"{source}: the golden set is empty")
-    cases = []
-    for i, (row, want) in enumerate(zip(inputs, expected)):
-        if not isinstance(row, list) or not row or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*row, want]):
-            raise GoldenSetError(f"{source}: inputs[{i}] must be a list of numbers and "
-                                 f"expected[{i}] a number")
-        cases.append({"inputs": [{"name": INPUT_TENSOR, "shape": [1, len(row)],
-                                  "datatype": "FP64", "data": row}],
-                      "outputs": {OUTPUT_TENSOR: [want]}})
-    return cases
+    return [{**infer_request(list(row)), "outputs": {OUTPUT_TENSOR: [want]}}
+            for row, want in zip(golden.inputs, golden.expected, strict=True)]
 
 
 def read_golden(source: str) -> bytes:

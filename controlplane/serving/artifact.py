@@ -68,6 +68,17 @@ class GoldenSet:
     expected: tuple[float, ...]
 
 
+# the tensors of the Open Inference Protocol v2 request and answer, as the server names them:
+# one place for the server, the load users, the rollout's probes and the cluster's golden check
+INPUT_TENSOR, OUTPUT_TENSOR = "input-0", "output-0"
+
+
+def infer_request(row: list[float]) -> dict[str, Any]:
+    """The v2 ``infer`` body for one row of features."""
+    return {"inputs": [{"name": INPUT_TENSOR, "shape": [1, len(row)], "datatype": "FP64",
+                        "data": row}]}
+
+
 def model_key(name: str, version: str) -> str:
     return f"models/{name}/{version}/model.json"
 
@@ -148,6 +159,11 @@ def decode_golden(data: bytes, where: str) -> GoldenSet:
     inputs, expected = (doc.get("inputs"), doc.get("expected")) if isinstance(doc, dict) else (None, None)
     if not isinstance(inputs, list) or not isinstance(expected, list) or len(inputs) != len(expected):
         raise ArtifactError(f"{where}: fields 'inputs' and 'expected' must be lists of equal length")
+    for i, (row, want) in enumerate(zip(inputs, expected, strict=True)):
+        if not isinstance(row, list) or not row or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*row, want]):
+            raise ArtifactError(f"{where}: inputs[{i}] must be a list of numbers and "
+                                f"expected[{i}] a number")
     return GoldenSet(tuple(tuple(float(x) for x in row) for row in inputs),
                      tuple(float(y) for y in expected))
 

@@ -31,7 +31,13 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
-from controlplane.serving.artifact import ArtifactError, LinearModel, decode_model, model_key
+from controlplane.serving.artifact import (
+    OUTPUT_TENSOR,
+    ArtifactError,
+    LinearModel,
+    decode_model,
+    model_key,
+)
 
 log = logging.getLogger("controlplane.serving")
 
@@ -118,7 +124,7 @@ class StoreModel(kserve.Model):
             outputs = model.predict(rows)
         except ArtifactError as exc:
             raise kserve.errors.InvalidInput(str(exc)) from exc
-        out = InferOutput(name="output-0", shape=[len(outputs)], datatype="FP64")
+        out = InferOutput(name=OUTPUT_TENSOR, shape=[len(outputs)], datatype="FP64")
         out.set_data_from_numpy(_array(outputs))
         return InferResponse(model_name=self.name, model_version=self.version,
                              infer_outputs=[out], response_id=payload.id or str(uuid.uuid4()))

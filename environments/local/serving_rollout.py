@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from controlplane.serving.artifact import golden_correct
+from controlplane.serving.artifact import golden_correct, infer_request
 from controlplane.serving.catalog import GOLDEN, GOOD, MODEL_NAME, VERSIONS
 from controlplane.serving.rollout import Action, Analysis, Decision, Policy, decide, weights
 from environments.local import haproxy_admin, serving
@@ -140,8 +140,7 @@ class RolloutController:
 def _probe(client: httpx.Client, url: str, row: list[float]) -> tuple[float, int | None, bool | None]:
     """(latency ms, HTTP status or None, golden answer right?) of one golden row sent to
     ``url``; right is None when no answer came back (the error ratio judges that)."""
-    body = {"inputs": [{"name": "input-0", "shape": [1, len(row)], "datatype": "FP64",
-                        "data": row}]}
+    body = infer_request(row)
     started = time.monotonic()
     try:
         answer = client.post(f"{url}/v2/models/{MODEL_NAME}/infer", json=body)
