@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from slo.charts import PAD_B, PAD_L, PAD_R, PAD_T, PALETTE, W
+from slo.charts import PAD_B, PAD_L, PAD_R, PAD_T, W
 from slo.evidence import FaultRecord
 from slo.inference_ledger import InferenceRecord
 from slo.sli import latency_quantile
@@ -25,6 +25,9 @@ from slo.sli import latency_quantile
 MAX_BUCKETS = 120
 _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 UNKNOWN = "(no version)"
+# the versions' colours leave out the latency lines' teal (p50) and amber (p99)
+VERSION_COLORS = ("#2563eb", "#9333ea", "#db2777", "#4b5563", "#16a34a", "#0891b2")
+P50, P99 = "#0d9488", "#b45309"
 
 
 @dataclass(frozen=True)
@@ -194,11 +197,12 @@ def serving_summary(view: ServingView) -> str:
             + (f"{r.outcome} at {r.end - view.t0:+.0f}s" if r.end is not None
                else "no end recorded")
             + (f" ({'; '.join(r.reasons)})" if r.reasons else "") for r in view.rollouts]
-    return text + (f"; rollout of {', '.join(done)}" if done else "") + "."
+    label = "rollouts" if len(done) > 1 else "rollout"
+    return text + (f"; {label}: {', '.join(done)}" if done else "") + "."
 
 
 def version_colors(view: ServingView) -> dict[str, str]:
-    return {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(view.versions)}
+    return {v: VERSION_COLORS[i % len(VERSION_COLORS)] for i, v in enumerate(view.versions)}
 
 
 def legend_items(view: ServingView) -> list[tuple[str, str]]:
@@ -260,7 +264,7 @@ def serving_svg(view: ServingView) -> str:
                'answered requests: p50 (teal), p99 (amber); red ticks: failed requests</text>')
     out.append(f'<text x="{PAD_L}" y="{top2 - 8}" fill="#374151">share of the answers per model '
                'version (solid); share declared for the version rolled out (dashed)</text>')
-    for label, attr, color in (("p50", "p50_ms", "#0d9488"), ("p99", "p99_ms", "#b45309")):
+    for label, attr, color in (("p50", "p50_ms", P50), ("p99", "p99_ms", P99)):
         _polylines(out, label, color, [
             (x(b.start + view.width / 2), None if getattr(b, attr) is None
              else y_ms(getattr(b, attr))) for b in view.buckets])

@@ -147,7 +147,7 @@ def test_the_share_line_is_what_answered() -> None:
     assert share == {20: 0.0, 36: 0.1, 39: 0.5, 42: 1.0}
     assert serving_summary(view) == (
         "561 prediction requests, 1 failed; latency of the answered p50 24 ms, p99 400 ms; "
-        "answered by v1 70.0%, v2 30.0%; rollout of v2 (from v1) at +30s: done at +50s.")
+        "answered by v1 70.0%, v2 30.0%; rollout: v2 (from v1) at +30s: done at +50s.")
 
 
 def test_no_records_no_chart() -> None:
@@ -188,7 +188,7 @@ def test_a_report_with_inference_records_shows_the_chart(make_run) -> None:
         assert f"<title>fault {e.name}</title>" in section
     md = paths["report.md"].read_text()
     assert "## Serving over the run" in md
-    assert "rollout of v2 (from v1)" in md and "done at" in md
+    assert "rollout: v2 (from v1)" in md and "done at" in md
 
 
 def test_a_report_without_inference_records_has_no_serving_section(make_run) -> None:
