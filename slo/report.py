@@ -17,6 +17,9 @@ from slo.charts import goodput_text, legend_items, load_svg, timeline_svg
 from slo.cost import POOL_HEADER, pool_rows, source_line, summary_rows
 from slo.durations import format_duration
 from slo.junit import junit_xml
+from slo.serving_charts import legend_items as serving_legend
+from slo.serving_charts import serving_summary, serving_svg
+from slo.serving_report import ServingSection, serving_section
 from slo.specs import Specs, load_specs
 from slo.verdict import Check, Demonstration, ObjectiveComparison, SliSummary, Verdict
 
@@ -167,7 +170,16 @@ def _left(remaining: float | None) -> str:
     return "no data" if remaining is None else f"{remaining:.1%}"
 
 
-def render_markdown(verdict: Verdict) -> str:
+def serving_markdown(serving: ServingSection | None) -> list[str]:
+    """The Serving section: none for a run without inference records."""
+    if serving is None:
+        return []
+    text = (serving_summary(serving.view) if serving.view is not None
+            else f"Serving chart not drawn: {serving.problem}.")
+    return ["", "## Serving over the run", "", text]
+
+
+def render_markdown(verdict: Verdict, serving: ServingSection | None = None) -> str:
     lines = [
         f"# Game day {verdict.run_id}: {verdict.result.upper()}",
         "",
@@ -223,6 +235,7 @@ def render_markdown(verdict: Verdict) -> str:
     dropped = by_id.get("evidence.dropped")
     if dropped is not None:
         lines += ["", f"Dropped evidence: {dropped.message} ({status_label(dropped.status)})."]
+    lines += serving_markdown(serving)
     lines += cost_markdown(verdict)
     for e in verdict.experiments:
         lines += ["", f"## {e.name}: {status_label(experiment_status(verdict, e.name))}", ""]
@@ -313,7 +326,7 @@ def _exp_checks(verdict: Verdict, name: str) -> list[Check]:
     return [c for c in verdict.checks if c.experiment == name]
 
 
-def render_html(verdict: Verdict, specs: Specs) -> str:
+def render_html(verdict: Verdict, specs: Specs, serving: ServingSection | None = None) -> str:
     env = Environment(
         loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(["html", "j2"])
     )
@@ -359,6 +372,10 @@ def render_html(verdict: Verdict, specs: Specs) -> str:
         charts={e.name: timeline_svg(e) for e in verdict.experiments if e.measured},
         load_charts={e.name: load_svg(e) for e in verdict.experiments if e.measured},
         legends={e.name: legend_items(e) for e in verdict.experiments if e.measured},
+        serving=serving,
+        serving_chart=serving_svg(serving.view) if serving and serving.view else None,
+        serving_text=serving_summary(serving.view) if serving and serving.view else None,
+        serving_legend=serving_legend(serving.view) if serving and serving.view else [],
         window_text=", ".join(windows),
         sample_window=format_duration(specs.evaluation.sample_window_seconds),
         sample_step=format_duration(specs.evaluation.sample_interval_seconds),
@@ -377,11 +394,12 @@ def write_reports(
     """Write the four outputs into `run_dir`; returns name -> path."""
     root = Path(run_dir)
     specs = specs or load_specs(verdict.env)
+    serving = serving_section(verdict, root)
     rendered = {
         "verdict.json": verdict.to_json() + "\n",
         "junit.xml": junit_xml(verdict),
-        "report.md": render_markdown(verdict),
-        "report.html": render_html(verdict, specs),
+        "report.md": render_markdown(verdict, serving),
+        "report.html": render_html(verdict, specs, serving),
     }
     out = {}
     for name, text in rendered.items():
