@@ -75,6 +75,11 @@ KNOWN: dict[str, str] = {
     "excluded-source-unnamed": "a degraded step result is accepted with the names of the "
                                "sources it left out dropped: the pipeline reads as complete "
                                "on fewer sources",
+    "serving-check-liveness": "HAProxy checks a model server's liveness (/v2/health/live) "
+                              "instead of its model's readiness: a replica whose model is "
+                              "still loading gets predictions",
+    "ready-before-loaded": "a model server reports its model ready before the model is "
+                           "loaded: the load balancer sends it predictions it cannot answer",
 }
 
 
@@ -115,6 +120,9 @@ WHERE: dict[str, frozenset[str]] = {
     "agent-revocation-ignored": frozenset({"api"}),  # store/auth.py lookup
     "source-digest-unchecked": frozenset({"agent"}),  # the workload inherits its agent's env
     "excluded-source-unnamed": frozenset({"reconciler"}),  # store/pipelines.py acceptance
+    # the generated haproxy.cfg (environments/local/serving.py check_path; HAProxy restarted)
+    "serving-check-liveness": frozenset({"haproxy"}),
+    "ready-before-loaded": frozenset({"model-server"}),  # serving/server.py StoreModel
 }
 
 

@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from slo import inference_ledger
 from slo import ledger as ledger_file
+from slo.inference_ledger import InferenceLedgerError, InferenceRecord
 from slo.ledger import LedgerEntry
 
 
@@ -335,6 +337,8 @@ class Evidence(_Record):
     side_effects: tuple[SideEffectRecord, ...] | None = None
     # None: snapshot/agent_liveness.jsonl was not collected (the routing invariant: no data)
     agent_liveness: tuple[AgentHeardAgain, ...] | None = None
+    # the inference ledger (docs/serving.md); empty: the run sent no prediction request
+    inference: tuple[InferenceRecord, ...] = ()
 
     @property
     def snapshot_time(self) -> datetime:
@@ -545,6 +549,11 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     if not isinstance(load_stats, (dict, list)):
         raise EvidenceError("load_stats.json: must be a JSON object or list (Locust stats)")
 
+    try:
+        inference = tuple(inference_ledger.read(root / inference_ledger.FILE))
+    except InferenceLedgerError as exc:
+        raise EvidenceError(str(exc).replace(f"{root}/", "")) from None
+
     snap = root / "snapshot"
     evidence = Evidence(
         run_dir=root,
@@ -558,6 +567,7 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         objects=_read_jsonl(snap / "objects.jsonl", root, StoredObject),
         faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
         prometheus=prometheus,
+        inference=inference,
         experiments=tuple(experiments),
         expected=expected,
         agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)

@@ -34,6 +34,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "overload-metastability",
     "checkpoint-power-loss",
     "data-source-unavailable",
+    "serving-replica-loss",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")
