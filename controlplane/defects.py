@@ -80,6 +80,11 @@ KNOWN: dict[str, str] = {
                                   "tracking was away never reach MLflow",
     "tracking-finish-once": "the workload's tracking sink tells MLflow a run ended only once: "
                             "a run that ends while tracking is away stays RUNNING for good",
+    "serving-check-liveness": "HAProxy checks a model server's liveness (/v2/health/live) "
+                              "instead of its model's readiness: a replica whose model is "
+                              "still loading gets predictions",
+    "ready-before-loaded": "a model server reports its model ready before the model is "
+                           "loaded: the load balancer sends it predictions it cannot answer",
 }
 
 
@@ -123,6 +128,9 @@ WHERE: dict[str, frozenset[str]] = {
     # the workload's tracking sink (controlplane/workload/tracking.py)
     "tracking-flush-drops-batch": frozenset({"agent"}),
     "tracking-finish-once": frozenset({"agent"}),
+    # the generated haproxy.cfg (environments/local/serving.py check_path; HAProxy restarted)
+    "serving-check-liveness": frozenset({"haproxy"}),
+    "ready-before-loaded": frozenset({"model-server"}),  # serving/server.py StoreModel
 }
 
 

@@ -37,11 +37,13 @@ SUITES: dict[str, tuple[str, ...]] = {
 # environment reports it not applicable, with the reason.
 # overload-metastability drives the API near its capacity (most of a small machine's CPU) and
 # leaves thousands of blocked operations behind: after every class whose load it would disturb.
+# The serving classes need model serving (`env up --serving`); without it, not applicable.
 SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "credential-rotation",
                   "zone-outage", "telemetry-loss", "pipeline-recovery", "data-source-unavailable",
                   "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
                   "overload-metastability", "checkpoint-power-loss", "tracking-outage",
+                  "serving-replica-loss",
                   "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.

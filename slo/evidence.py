@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from slo import inference_ledger
 from slo import ledger as ledger_file
+from slo.inference_ledger import InferenceLedgerError, InferenceRecord
 from slo.ledger import LedgerEntry
 
 
@@ -352,6 +354,8 @@ class Evidence(_Record):
     agent_liveness: tuple[AgentHeardAgain, ...] | None = None
     # None: no tracking server in the environment (snapshot/tracking_runs.jsonl not collected)
     tracking_runs: tuple[TrackingRun, ...] | None = None
+    # the inference ledger (docs/serving.md); empty: the run sent no prediction request
+    inference: tuple[InferenceRecord, ...] = ()
 
     @property
     def snapshot_time(self) -> datetime:
@@ -562,6 +566,11 @@ def load_evidence(run_dir: str | Path) -> Evidence:
     if not isinstance(load_stats, (dict, list)):
         raise EvidenceError("load_stats.json: must be a JSON object or list (Locust stats)")
 
+    try:
+        inference = tuple(inference_ledger.read(root / inference_ledger.FILE))
+    except InferenceLedgerError as exc:
+        raise EvidenceError(str(exc).replace(f"{root}/", "")) from None
+
     snap = root / "snapshot"
     evidence = Evidence(
         run_dir=root,
@@ -575,6 +584,7 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         objects=_read_jsonl(snap / "objects.jsonl", root, StoredObject),
         faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
         prometheus=prometheus,
+        inference=inference,
         experiments=tuple(experiments),
         expected=expected,
         agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)

@@ -14,6 +14,7 @@ from slo import checkpoint_invariants as ck
 from slo import outcome_invariants as oc
 from slo import overload_invariants as ov
 from slo import pipelines as pl
+from slo import serving_invariants as sv
 from slo import storage_invariants as st
 from slo import tracking_invariants as tr
 from slo.evidence import (
@@ -360,6 +361,8 @@ INVARIANTS: dict[str, Judge] = {
     "lease-granted-once": lambda ev, lo, hi, _: lease_granted_once(ev.events, lo, hi),
     "leases-held": lambda ev, lo, hi, _: leases_held(ev.attempts, ev.events, lo, hi),
     "bounded-retry-amplification": lambda ev, lo, hi, _: retry_amplification(ev.faults, lo, hi),
+    "serving-availability": lambda ev, lo, hi, _: sv.serving_availability(ev.inference, lo, hi),
+    "serving-latency-p99": lambda ev, lo, hi, _: sv.serving_latency_p99(ev.inference, lo, hi),
 }
 
 
@@ -464,8 +467,10 @@ def _overload_judge(name: str) -> RtoJudge:
 
 
 RTO_INVARIANTS: dict[str, RtoJudge] = {
-    _name: _overload_judge(_name)
-    for _name in ("goodput-recovered", "bounded-request-amplification")}
+    **{_name: _overload_judge(_name)
+       for _name in ("goodput-recovered", "bounded-request-amplification")},
+    "restarted-within-rto": lambda ev, lo, hi, rto: sv.restarted_within_rto(ev.faults, lo, hi, rto),
+}
 KNOWN_INVARIANTS: tuple[str, ...] = (*INVARIANTS, *RTO_INVARIANTS)
 
 

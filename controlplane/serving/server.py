@@ -31,6 +31,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
+from controlplane import defects
 from controlplane.serving.artifact import (
     OUTPUT_TENSOR,
     ArtifactError,
@@ -68,6 +69,8 @@ class StoreModel(kserve.Model):
         self.model: LinearModel | None = None
         self.rng = random.Random(seed)
         self.status("loading", f"reading {self.url}")
+        # seeded defect (test only): readiness says yes before a byte of the model was read
+        self.ready = defects.enabled("ready-before-loaded")
 
     def status(self, state: str, reason: str) -> None:
         log.info("model %s:%s %s: %s", self.name, self.version, state, reason)

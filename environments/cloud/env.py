@@ -132,6 +132,11 @@ NOT_APPLICABLE = {
                              "which EC2 does not offer (a stopped instance loses its instance "
                              "store, a rebooted one keeps what the page cache had flushed): not "
                              "driven, local only",
+    "serving-replica-loss": "SIGKILLs one of the local KServe model-server processes behind "
+                            "HAProxy's serving frontend and slows the local fault proxy's S3 "
+                            "route while it reloads its model; the cloud stack's serving "
+                            "(Argo Rollouts + KEDA) is declared in the Pulumi program but no "
+                            "cloud driver deletes a serving pod yet: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -9,7 +9,7 @@ import dataclasses
 import time
 from typing import Any
 
-from environments.local import procs
+from environments.local import procs, serving
 from environments.local.errors import UnknownTarget
 from environments.local.fault_ledger import FaultLedger
 from environments.local.processes import Processes
@@ -41,6 +41,13 @@ class Releases:
             if env != spec.env:
                 self.state.components[name] = dataclasses.replace(spec, env=env)
                 changed.append(name)
+        cfg = self.state.dir / "haproxy.cfg"
+        if "haproxy" in self.state.components and cfg.is_file():
+            text = cfg.read_text()
+            switched = serving.with_check(text, wanted)
+            if switched != text:  # a defect in the generated config: HAProxy reads it at start
+                cfg.write_text(switched)
+                changed.append("haproxy")
         self.state.info["defects"] = sorted(wanted)
         self.state.save()
         if changed:

@@ -68,6 +68,25 @@ def ready_path() -> str:
     return f"/v2/models/{MODEL_NAME}/ready"
 
 
+LIVE_PATH = "/v2/health/live"  # the server answers; says nothing about its model
+CHECK_DEFECT = "serving-check-liveness"  # controlplane/defects.py (test only)
+
+
+def check_path(defects: frozenset[str] = frozenset()) -> str:
+    """What HAProxy's serving check asks: the model's readiness, or with the seeded defect
+    ``serving-check-liveness`` the server's liveness (a loading replica looks fine)."""
+    return LIVE_PATH if CHECK_DEFECT in defects else ready_path()
+
+
+def with_check(cfg: str, defects: frozenset[str]) -> str:
+    """A generated haproxy.cfg with the serving check switched for ``defects`` (set_defects
+    rewrites the file HAProxy was started with, then restarts it)."""
+    lines = [f"  option httpchk GET {check_path(defects)}"
+             if line.strip() in (f"option httpchk GET {p}" for p in (ready_path(), LIVE_PATH))
+             else line for line in cfg.split("\n")]
+    return "\n".join(lines)
+
+
 def component(state: Path, replica: str, port: int, store: str, version: str = GOOD) -> ComponentSpec:
     url = f"http://127.0.0.1:{port}"
     return ComponentSpec(
@@ -96,7 +115,7 @@ def attach(specs: dict[str, ComponentSpec], state: Path, ports: Mapping[str, int
         specs[name] = component(state, name, ports[f"model{i}"], store)
 
 
-def haproxy_section(ports: Mapping[str, int]) -> str:
+def haproxy_section(ports: Mapping[str, int], defects: frozenset[str] = frozenset()) -> str:
     """The ``serving`` frontend and backend of haproxy.cfg, or nothing without serving."""
     if "haproxy_serving" not in ports:
         return ""
@@ -117,7 +136,7 @@ backend {BACKEND}
   mode http
   balance roundrobin
   option http-buffer-request
-  option httpchk GET {ready_path()}
+  option httpchk GET {check_path(defects)}
   http-check expect status 200
   retries 2
   option redispatch 1

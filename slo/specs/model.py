@@ -35,6 +35,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "checkpoint-power-loss",
     "data-source-unavailable",
     "tracking-outage",
+    "serving-replica-loss",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -1,0 +1,76 @@
+"""serving-replica-loss from a fresh clone on an environment with model serving (`env up
+--serving`): the healthy platform passes it (predictions answered, p99 bounded, the replica
+back with its model loaded within the RTO), and each seeded defect that lets a loading replica
+take predictions, in the generated HAProxy check (serving-check-liveness) and in the model
+server's readiness (ready-before-loaded), is caught by serving-availability with exit 2.
+tier2: an environment of its own plus three game days (`make test` has no minutes to spare)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from environments.local import serving
+from tests.gameday.freshclone import REPO, FreshClone, fresh_clone, journal
+from tests.gameday.localrun import only_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.tier2]
+
+NAME = "serving-replica-loss"
+KSERVE_VENV = REPO / ".venv-kserve"
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
+    if not (KSERVE_VENV / "bin" / "python").exists():
+        pytest.skip(f"no KServe venv at {KSERVE_VENV} (scripts/setup-kserve.sh)")
+    for c in fresh_clone(tmp_path_factory):
+        # what scripts/setup-kserve.sh leaves in a checkout, without installing it again
+        (c.path / ".venv-kserve").symlink_to(KSERVE_VENV)
+        up = c.gameday("env", "up", "--serving", "--json", timeout=400)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield c
+
+
+def _checks(run_dir: Path) -> dict[str, dict]:
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    return {c["id"]: c for c in verdict["checks"]}
+
+
+@pytest.mark.timeout(600)
+def test_the_healthy_platform_keeps_serving_through_a_replica_loss(clone: FreshClone) -> None:
+    runs = clone.root / "serving-runs"
+    r = clone.gameday("run", "--experiment", NAME, "--runs-dir", str(runs), timeout=500)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    checks = _checks(run_dir)
+    for cid in ("serving-availability", "serving-latency-p99", "restarted-within-rto"):
+        assert checks[f"{NAME}.invariant.{cid}"]["status"] == "pass", checks[f"{NAME}.invariant.{cid}"]
+    # n and the bound are said, beside the pass
+    assert "answered (" in checks[f"{NAME}.invariant.serving-availability"]["message"]
+    assert "at least 0.99)" in checks[f"{NAME}.invariant.serving-availability"]["message"]
+    assert journal(run_dir, NAME)["status"] == "completed"
+    # the fault was the replica's: killed, then started again once its model was loaded
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    kills = [f for f in faults if f["fault"] == "kill" and f["target"] == "model-1"]
+    assert [f["event"] for f in kills] == ["fault_start", "fault_end"]
+    # a new process of the replica said its model is loaded
+    said = json.loads(serving.status_file(clone.path / ".gameday" / "envs" / "local",
+                                          "model-1").read_text())
+    assert said["state"] == "ready" and said["pid"] not in kills[0]["details"]["pids"]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("defect", ["serving-check-liveness", "ready-before-loaded"])
+def test_a_loading_replica_taking_predictions_is_caught(clone: FreshClone, defect: str) -> None:
+    runs = clone.root / f"serving-selftest-{defect}"
+    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    [row] = json.loads((selftest / "selftest.json").read_text())
+    assert row["defect"] == defect and row["exit_code"] == 2, row
+    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
+    assert f"{NAME}.invariant.serving-availability" in row["failed_checks"]
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
