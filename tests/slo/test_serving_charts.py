@@ -9,6 +9,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from slo.evaluate import evaluate_run
 from slo.evidence import FaultRecord
 from slo.fixtures import example_experiments
@@ -198,14 +200,16 @@ def test_a_report_without_inference_records_has_no_serving_section(make_run) -> 
     assert "Serving" not in paths["report.md"].read_text()
 
 
-def test_an_unreadable_inference_ledger_is_named_not_drawn(make_run) -> None:
+def test_an_unreadable_inference_ledger_is_refused_naming_its_line(make_run) -> None:
+    """The evidence loader reads inference.jsonl (the serving invariants judge it): a bad line
+    stops the evaluation with the file, line and field named (exit 3), before any report."""
+    from slo.evidence import EvidenceError
+
     path = _hand_made_run(make_run)
     lines = (path / "inference.jsonl").read_text().splitlines()
     lines[1] = lines[1].replace('"latency_ms":', '"latency_ms":-')
     (path / "inference.jsonl").write_text("\n".join(lines) + "\n")
-    paths = write_reports(evaluate_run(path), path)
     why = "inference.jsonl: line 2: field latency_ms: Input should be greater than or equal to 0"
-    assert f"Serving chart not drawn: {why}." in paths["report.md"].read_text()
-    assert why in paths["report.html"].read_text()
-    assert "<polyline class=\"declared\"" not in paths["report.html"].read_text()
+    with pytest.raises(EvidenceError, match=re.escape(why)):
+        evaluate_run(path)
 
