@@ -9,6 +9,7 @@ One boundary for errors: no answer, a timeout, a 5xx or a 429 is :class:`Trackin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -43,6 +44,18 @@ class MlflowRest:
 
     def close(self) -> None:
         self._http.close()
+
+    @staticmethod
+    def _pages(field: str, page: Callable[[str], Any]) -> list[dict[str, Any]]:
+        """Every item of a paged MLflow answer: ``page(token)`` until no next_page_token."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            got = page(token)
+            out += got.get(field) or []
+            token = got.get("next_page_token") or ""
+            if not token:
+                return out
 
     def _call(self, method: str, path: str, *, json: dict[str, Any] | None = None,
               params: dict[str, str] | None = None, content: bytes | None = None) -> Any:
@@ -91,19 +104,11 @@ class MlflowRest:
 
     def runs_since(self, experiment_id: str, since_ms: int) -> list[dict[str, Any]]:
         """Every run of the experiment started at or after ``since_ms``, deleted ones too."""
-        out: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            body: dict[str, Any] = {
-                "experiment_ids": [experiment_id], "filter": f"attributes.start_time >= {since_ms}",
-                "run_view_type": "ALL", "max_results": 1000}
-            if token:
-                body["page_token"] = token
-            got = self._call("POST", "/api/2.0/mlflow/runs/search", json=body)
-            out += got.get("runs") or []
-            token = got.get("next_page_token") or ""
-            if not token:
-                return out
+        body = {"experiment_ids": [experiment_id], "run_view_type": "ALL", "max_results": 1000,
+                "filter": f"attributes.start_time >= {since_ms}"}
+        return self._pages("runs", lambda token: self._call(
+            "POST", "/api/2.0/mlflow/runs/search",
+            json={**body, "page_token": token} if token else body))
 
     def create_run(self, experiment_id: str, run_name: str, start_ms: int,
                    tags: dict[str, str]) -> dict[str, Any]:
@@ -134,17 +139,10 @@ class MlflowRest:
         return dict(self._call("GET", "/api/2.0/mlflow/runs/get", params={"run_id": run_id})["run"])
 
     def metric_history(self, run_id: str, key: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params = {"run_id": run_id, "metric_key": key, "max_results": "25000"}
-            if token:
-                params["page_token"] = token
-            got = self._call("GET", "/api/2.0/mlflow/metrics/get-history", params=params)
-            out += got.get("metrics") or []
-            token = got.get("next_page_token") or ""
-            if not token:
-                return out
+        params = {"run_id": run_id, "metric_key": key, "max_results": "25000"}
+        return self._pages("metrics", lambda token: self._call(
+            "GET", "/api/2.0/mlflow/metrics/get-history",
+            params={**params, "page_token": token} if token else params))
 
     def artifacts(self, run_id: str) -> list[str]:
         got = self._call("GET", "/api/2.0/mlflow/artifacts/list", params={"run_id": run_id})
