@@ -30,6 +30,7 @@ import kserve
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from prometheus_client import Counter
 
 from controlplane import defects
 from controlplane.serving.artifact import (
@@ -46,6 +47,11 @@ VERSION_HEADER = "x-model-version"
 # how long one read of the store may take before the load is retried
 READ_TIMEOUT_S = 5.0
 RETRY_S = 0.5
+
+
+# on the server's own /metrics (prometheus_client's default registry, which kserve serves)
+REQUESTS = Counter("model_server_requests", "Predictions answered, by model and HTTP status",
+                   ["model_name", "code"])
 
 
 class ModelNotLoaded(RuntimeError):
@@ -112,6 +118,22 @@ class StoreModel(kserve.Model):
 
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
+        """Answer, and count the answer by the HTTP status kserve gives it: the canary
+        analysis' error ratio reads this counter (provisioning/components/serving.py); KServe
+        exports only latency histograms of its own."""
+        try:
+            answer = await self._predict(payload, response_headers)
+        except kserve.errors.InvalidInput:
+            REQUESTS.labels(self.name, "400").inc()
+            raise
+        except Exception:
+            REQUESTS.labels(self.name, "500").inc()
+            raise
+        REQUESTS.labels(self.name, "200").inc()
+        return answer
+
+    async def _predict(self, payload: InferRequest,
+                       response_headers: dict[str, str] | None) -> InferResponse:
         model = self.model
         if model is None:  # kserve checks readiness first; this is the last line
             raise ModelNotLoaded(f"model {self.name}:{self.version} is not loaded")

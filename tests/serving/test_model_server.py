@@ -168,6 +168,11 @@ def test_a_bad_artifact_misbehaves_as_its_behaviour_says(moto: str, tmp_path: Pa
     codes = [errors.infer([GOLDEN_INPUTS[0]]).status_code for _ in range(40)]
     assert 8 <= codes.count(500) <= 32, codes  # error_ratio 0.5 of 40, seeded
     assert set(codes) == {200, 500}
+    # the counter the cluster's canary analysis divides (model_server_requests_total by code)
+    metrics = httpx.get(f"{errors.url}/metrics", timeout=5).text
+    for code in (200, 500):
+        line = f'model_server_requests_total{{code="{code}",model_name="{MODEL_NAME}"}}'
+        assert f"{line} {float(codes.count(code))}" in metrics, (line, metrics[-2000:])
     started = time.monotonic()
     answer = slow.infer([GOLDEN_INPUTS[0]])
     assert answer.status_code == 200 and answer.headers["x-model-version"] == "v2-slow"
