@@ -261,8 +261,13 @@ def test_bad_serving_or_tracking_config_is_refused_naming_the_key(patch: dict, e
     assert "Pulumi.dev.yaml" in message and expected in message, message
 
 
-def test_application_stack_without_the_serving_digest_says_which_command() -> None:
-    with pytest.raises(ConfigError, match=r"mlplatform:images.serving is not set in Pulumi.dev-app.yaml"):
+def test_application_stack_without_the_serving_digest_says_what_to_do() -> None:
+    """No `gameday infra image` target builds the serving image yet: the message must not send
+    the user there, and names how to deploy without serving."""
+    with pytest.raises(ConfigError, match=(
+            r"mlplatform:images.serving is not set in Pulumi.dev-app.yaml: build and push the "
+            r"serving image .*does not build it yet.*or remove mlplatform:serving from "
+            r"Pulumi.dev.yaml to deploy without it")):
         run_program("dev", app_patch={"mlplatform:images": {"serving": None}})
 
 
@@ -298,3 +303,16 @@ def test_stacks_without_serving_or_tracking_declare_neither() -> None:
         {out.SERVING_ROLE, out.TRACKING_ROLE, out.TRACKING_DB_ROLE})
     assert d.check_all(run.resources) == [] and rehearse(graph_of(run)) == []
     assert app_stack("dev") in run.exports
+
+
+def test_a_stack_without_serving_and_tracking_needs_neither_image() -> None:
+    """The opt-out the message names: with `serving` and `tracking` removed from the platform
+    stack, the application stack deploys without their images or a served model."""
+    run = run_program("dev", patch={"mlplatform:serving": None, "mlplatform:tracking": None},
+                      app_patch={"mlplatform:images": {"serving": None, "tracking": None},
+                                 "mlplatform:servedModel": None})
+    kinds = {r.type for r in run.resources}
+    assert "kubernetes:argoproj.io/v1alpha1:Rollout" not in kinds
+    names = {r.props.get("metadata", {}).get("name") for r in run.of_type(
+        "kubernetes:apps/v1:Deployment")}
+    assert "controlplane-api" in names and "mlflow" not in names
