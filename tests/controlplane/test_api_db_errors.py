@@ -208,13 +208,20 @@ def test_a_pool_connection_stuck_in_the_load_balancer_is_given_up_after_two_seco
 
 
 def connect_timeouts(package: Path) -> dict[str, list[str]]:
-    """file -> the source of each ``connect_timeout=`` value passed in it (S3's client aside)."""
+    """file -> the source of each ``connect_timeout=`` value passed in it (S3 clients aside:
+    storage.py's, and any botocore ``Config(...)``, such as the model server's)."""
     out: dict[str, list[str]] = {}
     for path in sorted(package.rglob("*.py")):
         if path.name == "storage.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.keyword) and node.arg == "connect_timeout":
+        tree = ast.parse(path.read_text())
+        s3 = {id(k) for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and (getattr(node.func, "id", None) == "Config"
+                   or getattr(node.func, "attr", None) == "Config")
+              for k in node.keywords}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.keyword) and node.arg == "connect_timeout"
+                    and id(node) not in s3):
                 out.setdefault(path.relative_to(package).as_posix(), []).append(
                     ast.unparse(node.value))
             if (isinstance(node, ast.Dict)
