@@ -27,6 +27,7 @@ test: setup
 ## passes, and Prefect's game day. Every class's healthy run but the overload class's stays in
 ## make test.
 test-tier2: setup
+	@bash scripts/setup-mlflow.sh  # the tracking-outage rows need MLflow (not in make test's setup)
 	$(VENV)/pytest -q -m tier2
 
 test-fast: setup
