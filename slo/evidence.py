@@ -391,7 +391,7 @@ def _read_json(path: Path, root: Path) -> Any:
         raise EvidenceError(f"{_rel(path, root)}: not valid JSON: {exc}") from None
 
 
-def _read_jsonl(path: Path, root: Path, model: type[R], *, required: bool = True) -> tuple[R, ...]:
+def read_jsonl(path: Path, root: Path, model: type[R], *, required: bool = True) -> tuple[R, ...]:
     name = _rel(path, root)
     if not path.is_file():
         if required:
@@ -576,21 +576,21 @@ def load_evidence(run_dir: str | Path) -> Evidence:
         run_dir=root,
         run=run,
         ledger=_read_ledger(root),
-        requests=_read_jsonl(root / "requests.jsonl", root, RequestRecord),
+        requests=read_jsonl(root / "requests.jsonl", root, RequestRecord),
         load_stats=load_stats,
-        operations=_read_jsonl(snap / "operations.jsonl", root, Operation),
-        attempts=_read_jsonl(snap / "attempts.jsonl", root, Attempt),
-        events=_read_jsonl(snap / "events.jsonl", root, Event),
-        objects=_read_jsonl(snap / "objects.jsonl", root, StoredObject),
-        faults=_read_jsonl(root / "faults.jsonl", root, FaultRecord),
+        operations=read_jsonl(snap / "operations.jsonl", root, Operation),
+        attempts=read_jsonl(snap / "attempts.jsonl", root, Attempt),
+        events=read_jsonl(snap / "events.jsonl", root, Event),
+        objects=read_jsonl(snap / "objects.jsonl", root, StoredObject),
+        faults=read_jsonl(root / "faults.jsonl", root, FaultRecord),
         prometheus=prometheus,
         inference=inference,
         experiments=tuple(experiments),
         expected=expected,
-        agents=_read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)
+        agents=read_jsonl(snap / "agents.jsonl", root, AgentRecord, required=False)
         if (snap / "agents.jsonl").is_file()
         else None,
-        **{name: _read_jsonl(snap / f"{name}.jsonl", root, model)
+        **{name: read_jsonl(snap / f"{name}.jsonl", root, model)
            if (snap / f"{name}.jsonl").is_file() else None
            for name, model in (("pipelines", PipelineRecord),
                                ("pipeline_steps", PipelineStepRecord),

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from slo import inference_ledger
-from slo.evidence import FaultRecord
+from slo.evidence import EvidenceError, FaultRecord, read_jsonl
 from slo.serving_charts import FaultWindow, ServingView, serving_view
 from slo.verdict import Verdict
 
@@ -28,22 +26,6 @@ class ServingSection:
     problem: str | None = None  # why there is no chart although the run served predictions
 
 
-def _notes(path: Path) -> list[FaultRecord]:
-    if not path.exists():
-        return []
-    out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(FaultRecord.model_validate_json(line))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"{FAULTS}: line {number}: field "
-                             f"{'.'.join(map(str, err['loc'])) or '(line)'}: {err['msg']}") from None
-    return out
-
-
 def serving_section(verdict: Verdict, run_dir: Path) -> ServingSection | None:
     """None when the run has no inference records; else the view, or why it cannot be drawn."""
     path = run_dir / inference_ledger.FILE
@@ -53,9 +35,9 @@ def serving_section(verdict: Verdict, run_dir: Path) -> ServingSection | None:
         return ServingSection(problem=str(exc).replace(str(run_dir) + "/", ""))
     if not records:
         return None
-    try:
-        notes = _notes(run_dir / FAULTS)
-    except ValueError as exc:
+    try:  # read as the evaluator reads it (slo/evidence.py)
+        notes = read_jsonl(run_dir / FAULTS, run_dir, FaultRecord, required=False)
+    except EvidenceError as exc:
         return ServingSection(problem=str(exc))
     windows = [FaultWindow(e.fault_start, e.fault_end, e.name) for e in verdict.experiments
                if e.measured and e.fault_start is not None and e.fault_end is not None]

@@ -18,7 +18,7 @@ import pytest
 from platforms import PlatformAdapter, PlatformError, SubmitRequest, Workload
 from platforms.controlplane import ControlPlaneAdapter
 from platforms.prefect import FINDINGS, PrefectAdapter
-from slo.evidence import Attempt, Event, Operation, StoredObject, _read_jsonl
+from slo.evidence import Attempt, Event, Operation, StoredObject, read_jsonl
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "chaos" /
                                        "experiments").glob("*.yaml"))
@@ -147,10 +147,10 @@ def test_snapshot_writes_loadable_evidence(adapter: PlatformAdapter, tmp_path: P
     ack = adapter.submit(SubmitRequest(small(), k))
     counts = adapter.snapshot(tmp_path)
     snap = tmp_path / "snapshot"
-    ops = _read_jsonl(snap / "operations.jsonl", tmp_path, Operation)
-    attempts = _read_jsonl(snap / "attempts.jsonl", tmp_path, Attempt)
-    events = _read_jsonl(snap / "events.jsonl", tmp_path, Event)
-    objects = _read_jsonl(snap / "objects.jsonl", tmp_path, StoredObject)
+    ops = read_jsonl(snap / "operations.jsonl", tmp_path, Operation)
+    attempts = read_jsonl(snap / "attempts.jsonl", tmp_path, Attempt)
+    events = read_jsonl(snap / "events.jsonl", tmp_path, Event)
+    objects = read_jsonl(snap / "objects.jsonl", tmp_path, StoredObject)
     assert counts["operations"] == len(ops) and counts["objects"] == len(objects)
     mine = [o for o in ops if o.idempotency_key == k]
     assert len(mine) == 1 and mine[0].id == ack.operation_id
@@ -173,11 +173,11 @@ def test_snapshot_since_keeps_only_the_runs_operations(adapter: PlatformAdapter,
     after = adapter.submit(SubmitRequest(small(), key()))
     adapter.snapshot(tmp_path, since=since)
     snap = tmp_path / "snapshot"
-    ids = {o.id for o in _read_jsonl(snap / "operations.jsonl", tmp_path, Operation)}
+    ids = {o.id for o in read_jsonl(snap / "operations.jsonl", tmp_path, Operation)}
     assert after.operation_id in ids and before.operation_id not in ids
-    for e in _read_jsonl(snap / "events.jsonl", tmp_path, Event):
+    for e in read_jsonl(snap / "events.jsonl", tmp_path, Event):
         assert e.operation_id in ids
-    for o in _read_jsonl(snap / "objects.jsonl", tmp_path, StoredObject):
+    for o in read_jsonl(snap / "objects.jsonl", tmp_path, StoredObject):
         assert o.key.split("/")[1] in ids
 
 
@@ -210,7 +210,7 @@ def test_prefect_flow_run_executes_the_sample_workload(prefect_stack: Any, seed:
     assert view.result and view.result["weights_sha256"]
     # same layout as our control plane: manifest-last, keyed by the flow run id
     a.snapshot(tmp_path)
-    keys = {o.key for o in _read_jsonl(tmp_path / "snapshot" / "objects.jsonl", tmp_path,
+    keys = {o.key for o in read_jsonl(tmp_path / "snapshot" / "objects.jsonl", tmp_path,
                                         StoredObject)}
     assert f"artifacts/{ack.operation_id}/attempt-1/COMPLETE.json" in keys
     assert f"checkpoints/{ack.operation_id}/attempt-1/step-00000010/MANIFEST.json" in keys
