@@ -346,7 +346,9 @@ class LocalEnvironment:
             raise NotRunning(f"environment {self.name!r} has no state at {self.state_dir}")
         if self.info:
             self.faults.close_all(reason="down")
-        left = self.processes.teardown()
+        # asked only when it matters: members on faultfs disks stop in order (storage.py)
+        leader = self.db.leader() if self.info and self.storage_faults else None
+        left = self.processes.teardown(leader=leader)
         left += procs.marked_processes(self.state_dir)
         if left:
             raise EnvError(f"processes survived teardown: {sorted(set(left))}")

@@ -224,10 +224,11 @@ class Processes:
             time.sleep(0.02)
         raise ComponentUnhealthy("supervisor", "socket not ready after 10 s", tail(log))
 
-    def teardown(self, grace: float = 3.0) -> list[int]:
-        """Stop every process of this environment; return pids that survived (should be none)."""
+    def teardown(self, grace: float = 3.0, leader: str | None = None) -> list[int]:
+        """Stop every process of this environment; return pids that survived (should be none).
+        ``leader`` (the Patroni leader, if known) stops after the replicas."""
         # no-op without the storage layer
-        storage.stop_members_then_disks(self.state.components, self.stop_groups)
+        storage.stop_members_then_disks(self.state.components, self.stop_groups, leader)
         try:
             self.supervisor.call("shutdown", grace=grace)
         except SupervisorError:

@@ -126,14 +126,22 @@ def check_mounted(components: Components, member: str) -> None:
 
 
 def stop_members_then_disks(components: Components,
-                            stop: Callable[[list[str], float], None]) -> list[str]:
+                            stop: Callable[[list[str], float], None],
+                            leader: str | None = None) -> list[str]:
     """Patroni members (and their postgres) first, then the disks: a disk that went first would
     leave postgres with ENOTCONN in its shutdown checkpoint; ``stop(names, grace)`` stops
-    components (environments/local/processes.py). Returns mounts detached by force."""
+    components (environments/local/processes.py). Returns mounts detached by force.
+
+    The replicas stop before the ``leader``: a leader's Patroni deletes its key once its
+    shutdown checkpoint is written, and a replica whose Patroni had not yet acted on its own
+    SIGTERM would promote in the middle of its shutdown and outlive the grace (then SIGKILL,
+    no clean shutdown checkpoint on its disk)."""
     names = disks(components)
     if not names:
         return []
-    stop([m for m in MEMBERS if m in components], MEMBER_STOP_SECONDS)
+    members = [m for m in MEMBERS if m in components]
+    for group in member_stop_order(members, leader):
+        stop(group, MEMBER_STOP_SECONDS)
     stop(names, DISK_STOP_SECONDS)
     detached = []
     for name in names:
@@ -145,6 +153,15 @@ def stop_members_then_disks(components: Components,
             subprocess.run([FUSERMOUNT, "-u", "-z", mount], check=False, capture_output=True)
             detached.append(mount)
     return detached
+
+
+def member_stop_order(members: list[str], leader: str | None) -> list[list[str]]:
+    """Groups of members to stop one after the other: the replicas, then the leader; all at
+    once when the leader is unknown (no member answered)."""
+    if leader not in members:
+        return [members] if members else []
+    replicas = [m for m in members if m != leader]
+    return [g for g in (replicas, [leader]) if g]
 
 
 def detach_stale_mounts(root: Path) -> list[str]:

@@ -99,6 +99,21 @@ def test_with_the_flag_each_member_has_its_disk_first_and_its_data_on_the_mount(
         assert "--control-port" in disk.argv and disk.health.body_contains
 
 
+@pytest.mark.parametrize(("leader", "groups"), [
+    ("pg-0", [["pg-1"], ["pg-0"], ["disk-0", "disk-1"]]),
+    ("pg-1", [["pg-0"], ["pg-1"], ["disk-0", "disk-1"]]),
+    (None, [["pg-0", "pg-1"], ["disk-0", "disk-1"]]),  # no member answered: all at once
+])
+def test_down_stops_the_replicas_before_the_leader_and_the_disks_last(
+        tmp_path: Path, leader: str | None, groups: list[list[str]]) -> None:
+    """A leader stopped with its replica hands its key over mid-shutdown; the replica then
+    promotes instead of stopping and is killed after the grace (no shutdown checkpoint)."""
+    stopped: list[list[str]] = []
+    storage.stop_members_then_disks(_components(tmp_path, True),
+                                    lambda names, grace: stopped.append(sorted(names)), leader)
+    assert stopped == groups
+
+
 def test_with_the_flag_cpu_2_keeps_its_checkpoints_on_a_node_disk_of_its_own(
         tmp_path: Path) -> None:
     """The node disk is a component of its own (environments/local/node_disk.py), started with the
