@@ -5,6 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# KServe's model server (its own venv, for the local environment's serving replicas: `gameday
+# env up --serving`, docs/serving.md) installs while the Debian packages, .venv and
+# .venv-prefect do: about a minute, mostly download and unpack, and it shares no file with
+# them (the other two install this project editable, writing its egg-info in this tree, so
+# they stay one after the other). Its output is shown once it ends.
+side=$(mktemp -d)
+trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$side"' EXIT
+bash scripts/setup-kserve.sh > "$side/kserve.log" 2>&1 & kserve_pid=$!
+
 APT_PACKAGES=(postgresql-15 patroni etcd-server etcd-client haproxy docker-registry prometheus
               chromium iproute2 procps
               fuse3 libfuse3-3  # environments/local/faultfs: fusermount3 + the library mfusepy loads
@@ -44,9 +53,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Prefect 3 in its own venv, for the `prefect` platform adapter and its tests
 bash scripts/setup-prefect.sh
-# KServe's model server in its own venv, for the local environment's serving replicas
-# (`gameday env up --serving`, docs/serving.md)
-bash scripts/setup-kserve.sh
+if wait "$kserve_pid"; then cat "$side/kserve.log"; else
+  cat "$side/kserve.log" >&2
+  echo "setup failed in scripts/setup-kserve.sh (its output is above)" >&2
+  exit 1
+fi
 # MLflow 3.17.2 (its own venv, scripts/setup-mlflow.sh: 182 s from nothing in a CI run) is NOT
 # installed here: no test of `make test` needs it, and make test is at its time budget. Its
 # users install it: `make test-tier2` (the tracking-outage rows), `gameday env up --tracking`
