@@ -25,7 +25,9 @@ test: setup
 ## outside the core suite (clock skew, credential rotation, zone outage, upgrade, telemetry loss,
 ## pipeline recovery; the gray classes: network, object store, database disks), each caught by
 ## its named objective, the outcome invariants' second-path defects, the API fuzzing's deeper
-## passes, and Prefect's game day. Every class's healthy run but the overload class's stays in
+## passes, Prefect's game day, the restore CLI's end-to-end test, and the healthy runs of the
+## classes whose environment needs more (tracking-outage, serving-replica-loss) or the machine
+## to itself (overload-metastability, zone-outage). Every other class's healthy run stays in
 ## make test.
 test-tier2: setup
 	@bash scripts/setup-mlflow.sh  # the tracking-outage rows need MLflow (not in make test's setup)

@@ -1,7 +1,8 @@
 """Restore from backup, for real on the local environment (Patroni/PostgreSQL, moto, the API):
 the rehearsal passes the gate through `gameday run`, and the CLI's restore order fails closed,
 quarantines what the restored store does not know and - only with the client ledger - gets
-every acknowledged submission back. Without the ledger the loss is visible, not hidden."""
+every acknowledged submission back. Without the ledger the loss is visible, not hidden.
+The rehearsal is in make test, the CLI's test in make test-tier2."""
 
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ def _wait_succeeded(adapter: object, ids: list[str], timeout: float = 90) -> Non
     raise AssertionError(f"not all succeeded: {[adapter.get(i).state for i in ids]}")  # type: ignore[attr-defined]
 
 
+# make test-tier2 (about 100 s with its own environment, moved for make test's 45 minutes):
+# make test keeps the rehearsal above, which goes through the same restore order
+@pytest.mark.tier2
 def test_restore_cli_fails_closed_and_replays_only_what_a_ledger_holds(home: Path,
                                                                        tmp_path: Path) -> None:
     from chaos.restore import acknowledged_submissions_present

@@ -1,12 +1,14 @@
-"""zone-outage (full suite only) from a fresh clone: the healthy platform passes it measured
-(make test), and `zone-sticky-retry` is caught by `zone-outage.rto` (gameday/selftest.py) in
-the `tier2` test, which `make test` leaves to `make test-tier2` (README, Development). The
-defect test uses its own runs directory and does not need the healthy test to have run.
+"""zone-outage (full suite only) from a fresh clone: the healthy platform passes it measured,
+and `zone-sticky-retry` is caught by `zone-outage.rto` (gameday/selftest.py). Both are in
+`make test-tier2` (README, Development): the healthy run was make test's last end-to-end game
+day in its serial phase (about 105 s alone on the machine, that phase's biggest share), moved
+for make test's 45 minutes. The defect test uses its own runs directory and does not need the
+healthy test to have run.
 
-Serial (make test's second phase, alone on the machine): with a zone gone one API replica
-carries everything, and next to another game day on the same 2 cores its local 45 s RTO was
-missed once by load alone (a CI-like run: 7 s of 503s from the surviving replica, recovery
-61.8 s; the full suite, the previous CI-like run and CI passed it)."""
+Alone on the machine (serial; tier2 runs in one process anyway): with a zone gone one API
+replica carries everything, and next to another game day on the same 2 cores its local 45 s
+RTO was missed once by load alone (a CI-like run: 7 s of 503s from the surviving replica,
+recovery 61.8 s; the full suite, the previous CI-like run and CI passed it)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
     yield from fresh_clone(tmp_path_factory)
 
 
+@pytest.mark.tier2
 @pytest.mark.timeout(1500)
 def test_zone_outage_passes_measured(clone: FreshClone) -> None:
     """zone-outage (full suite only): the healthy platform passes with the experiment measured,
