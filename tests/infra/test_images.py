@@ -146,8 +146,13 @@ def _repo_imports(path: Path) -> set[Path]:
             continue
         seen.add(current)
         for node in ast.walk(ast.parse(current.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # `from pkg import mod` imports pkg.mod
+                assert node.level == 0, f"{current}: a relative import"
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
             for name in names:
                 parts = name.split(".")
                 for i in range(1, len(parts) + 1):  # a package's __init__ runs on import too
