@@ -11,6 +11,7 @@
 # The serving and tracking pins are scripts/setup-kserve.sh's and scripts/setup-mlflow.sh's (what
 # the local environment measured); tests/infra/test_images.py keeps them equal.
 # Base image pinned by tag; pin by digest in your registry mirror for fully reproducible builds.
+# BuildKit (Docker's default builder since 23.0) builds only the stages a --target needs.
 
 FROM python:3.11.7-slim-bookworm AS source
 WORKDIR /src
