@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,6 @@ from provisioning.components.deploy_runner import BUILDSPECS
 from provisioning.config import ServingConfig, TrackingConfig
 from provisioning.deploy_contract import IMAGE_TARGETS
 from tests.infra.harness import REPO
-
-dockerfile = pytest.importorskip(
-    "dockerfile", reason="the dev extra's `dockerfile` (BuildKit's Dockerfile parser) is not "
-    "installed: pip install -e '.[dev]'")
 
 BASE = "python:3.11.7-slim-bookworm"  # every stage's base: one pin to bump
 
@@ -43,10 +40,10 @@ class Stage:
         return [c for c in self.commands if c.cmd == cmd]
 
 
-def stages(text: str) -> dict[str, Stage]:
-    """The Dockerfile's stages in order, as BuildKit's parser reads them."""
+def stages(commands: Iterable[Any]) -> dict[str, Stage]:
+    """The Dockerfile's stages in order, from BuildKit's parse of it."""
     out: dict[str, Stage] = {}
-    for command in dockerfile.parse_string(text):
+    for command in commands:
         if command.cmd == "FROM":
             image, as_, name = command.value  # every stage is named: FROM <image> AS <name>
             assert as_.upper() == "AS", command.original
@@ -90,7 +87,10 @@ def script_installs(script: str, spec_variable: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def df() -> dict[str, Stage]:
-    return stages((REPO / "Dockerfile").read_text())
+    parser = pytest.importorskip(
+        "dockerfile", reason="the dev extra's `dockerfile` (BuildKit's Dockerfile parser) is not "
+        "installed: pip install -e '.[dev]'")
+    return stages(parser.parse_file(str(REPO / "Dockerfile")))
 
 
 def test_each_target_is_a_stage_on_the_one_pinned_base(df: dict[str, Stage]) -> None:
