@@ -152,7 +152,8 @@ _WORK_DIR = click.option("--work-dir", type=click.Path(path_type=Path, file_okay
 @_OUTPUTS
 @click.option("--set-config/--no-set-config", default=True, show_default=True,
               help="Write the digests to the application stack's config "
-              "(mlplatform:images.controlplane / .gameday) through the Automation API.")
+              "(mlplatform:images.controlplane / .gameday / .serving / .tracking) through the "
+              "Automation API.")
 @click.option("--local", is_flag=True,
               help="Build and push with the local Docker engine instead of CodeBuild.")
 @_DIRTY
@@ -160,8 +161,9 @@ _WORK_DIR = click.option("--work-dir", type=click.Path(path_type=Path, file_okay
 @_WORK_DIR
 def image_cmd(stack: str, outputs: Path | None, set_config: bool, local: bool, allow_dirty: bool,
               poll_seconds: float, work_dir: Path) -> None:
-    """Build the controlplane and gameday images of this checkout, push them to the stack's
-    ECR repositories and print their digests. By default in the stack's CodeBuild project
+    """Build the images of this checkout (controlplane; gameday, serving, tracking where the
+    stack has their repositories and runs them), push them to the stack's ECR repositories and
+    print their digests. By default in the stack's CodeBuild project
     inside the VPC (the checkout is uploaded as a git archive); exit 0 on success, 1 otherwise."""
     from datetime import UTC, datetime
 
@@ -173,8 +175,9 @@ def image_cmd(stack: str, outputs: Path | None, set_config: bool, local: bool, a
         if local:
             commit, dirty = deploy.check_clean(work_dir, allow_dirty)
             tag = f"{commit}{'-dirty' if dirty else ''}-local-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+            targets = deploy.stack_targets(work_dir, stack)
             digests = deploy.local_build(runner.repositories, tag, work_dir,
-                                         deploy.ecr_password(session), click.echo)
+                                         deploy.ecr_password(session), click.echo, targets=targets)
         else:
             source = deploy.package_source(work_dir, allow_dirty)
             build = deploy.run_build(session, runner, runner.image_project, stack, source, {},
@@ -201,8 +204,8 @@ def image_cmd(stack: str, outputs: Path | None, set_config: bool, local: bool, a
 @_STACK
 @_OUTPUTS
 @click.option("--image-digest", "image_digests", multiple=True, metavar="NAME=sha256:...",
-              help="Image digest to deploy (controlplane, gameday); repeatable. Default: the "
-              "application stack's config (what `gameday infra image` set).")
+              help="Image digest to deploy (controlplane, gameday, serving, tracking); repeatable. "
+              "Default: the application stack's config (what `gameday infra image` set).")
 @_DIRTY
 @_POLL
 @_WORK_DIR

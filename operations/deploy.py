@@ -25,12 +25,13 @@ from typing import Any
 
 import yaml
 
-from provisioning.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX
+from provisioning.config import PROJECT, ConfigError, parse_stack_config
+from provisioning.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX, built_targets
 
 # the CodeBuild exported variable that carries each image's digest (provisioning/buildspecs/image.yml)
 DIGEST_VARIABLES = {t: f"IMAGE_DIGEST_{t.upper()}" for t in IMAGE_TARGETS}
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-CONFIG_KEY = "mlplatform:images"  # application stack config: images.controlplane / .gameday
+CONFIG_KEY = "mlplatform:images"  # application stack config: images.<target> (IMAGE_TARGETS)
 OUTPUT_KEY = "deployRunner"  # platform stack output (deploy_runner_exports)
 TERMINAL = ("SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED")
 
@@ -313,11 +314,36 @@ def ecr_password(session: Any) -> str:
     return base64.b64decode(token["authorizationToken"]).decode().partition(":")[2]
 
 
+def stack_targets(work_dir: Path, stack: str) -> tuple[str, ...]:
+    """The targets the platform stack ``stack`` builds (``built_targets``), from its
+    ``Pulumi.<stack>.yaml`` in the checkout: what the image project's repository variables say
+    for a CodeBuild build."""
+    path = work_dir / f"Pulumi.{stack}.yaml"
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DeployError(f"{path}: cannot read the platform stack's config ({exc}): it says "
+                          "which images the stack runs") from exc
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        raise DeployError(f"{path}: has no 'config' mapping")
+    prefix = f"{PROJECT}:"
+    raw = {k[len(prefix):]: v for k, v in config.items()
+           if isinstance(k, str) and k.startswith(prefix)}
+    raw.pop("layer", None)  # a platform stack's, as load_stack_config reads it
+    try:
+        return built_targets(parse_stack_config(raw, path.name))
+    except ConfigError as exc:
+        raise DeployError(str(exc)) from exc
+
+
 def local_build(repositories: Mapping[str, str], tag: str, context: Path, password: str,
-                echo: Callable[[str], None], docker: str = "docker") -> dict[str, str]:
-    """Build, push and resolve each image with the local Docker engine. The registry password
-    goes to ``docker login`` on stdin, never as an argument."""
-    targets = [t for t in IMAGE_TARGETS if t in repositories]
+                echo: Callable[[str], None], docker: str = "docker",
+                targets: Sequence[str] = IMAGE_TARGETS) -> dict[str, str]:
+    """Build, push and resolve each of ``targets`` the stack has a repository for with the
+    local Docker engine. The registry password goes to ``docker login`` on stdin, never as an
+    argument."""
+    targets = [t for t in IMAGE_TARGETS if t in targets and t in repositories]
     if "controlplane" not in targets:
         raise DeployError("the platform stack's outputs have no 'controlplane' repository")
     for host in sorted({repositories[t].split("/")[0] for t in targets}):

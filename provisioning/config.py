@@ -33,10 +33,10 @@ from provisioning import versions
 from provisioning.deployability import LOG_RETENTION_DAYS
 
 PROJECT = "mlplatform"
-# Repositories `gameday infra image` pushes the two Dockerfile targets to.
+# Repositories `gameday infra image` pushes the control-plane and harness targets to.
 CONTROL_PLANE_REPOSITORY, HARNESS_REPOSITORY = "controlplane", "gameday"
-# Repositories of the model server and the tracking server images (built outside this
-# repository's Dockerfile; their digests are recorded like the others, `mlplatform:images`).
+# Repositories of the model server and the tracking server images (the Dockerfile's `serving`
+# and `tracking` targets; their digests are recorded like the others, `mlplatform:images`).
 SERVING_REPOSITORY, TRACKING_REPOSITORY = "serving", "tracking"
 
 # Keys of the form "<project>:<key>" that this program reads; anything else under the
@@ -497,7 +497,8 @@ class TrackingConfig(_Model):
 
     namespace: DnsLabel = "mlp-tracking"
     # Unset: the registry's `tracking` repository at `mlplatform:images.tracking` (an image
-    # with mlflow==3.17.2, psycopg2 and boto3: the upstream image has no PostgreSQL driver).
+    # with mlflow==3.17.2, psycopg2 and boto3, the Dockerfile's `tracking` target: the upstream
+    # image has no PostgreSQL driver).
     image: ImageConfig | None = None
     replicas: int = Field(default=2, ge=1, le=20)
     port: int = Field(default=5000, ge=1024, le=65535)

@@ -3,8 +3,9 @@ application stack's `pulumi up` run in CodeBuild inside the VPC (docs/infra.md, 
 
 Created by the platform stack. Two projects, each with its own role:
 
-* ``<prefix>-image``: builds the Dockerfile's ``controlplane`` and ``gameday`` targets from an
-  uploaded source archive, pushes them to ECR and exports the pushed digests
+* ``<prefix>-image``: builds the Dockerfile's targets (``controlplane``, and ``gameday``,
+  ``serving``, ``tracking`` where the stack has their repositories and runs them) from an uploaded
+  source archive, pushes them to ECR and exports the pushed digests
   (``provisioning/buildspecs/image.yml``);
 * ``<prefix>-deploy``: runs ``pulumi up --yes --stack <env>-app`` from the same kind of archive
   with the digests as environment overrides (``provisioning/buildspecs/deploy.yml``); only its role
@@ -26,8 +27,8 @@ import pulumi
 import pulumi_aws as aws
 
 from provisioning.components.common import TYPE_PREFIX, DataClass, Naming, child, policy_output
-from provisioning.config import DeployRunnerConfig
-from provisioning.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX
+from provisioning.config import DeployRunnerConfig, StackConfig
+from provisioning.deploy_contract import IMAGE_TARGETS, SOURCE_PREFIX, built_targets
 
 BUILDSPECS = Path(__file__).resolve().parents[1] / "buildspecs"
 # AWS-managed CodeBuild image (Ubuntu 22.04, Docker, AWS CLI, python 3.11 runtime), pinned by
@@ -66,10 +67,12 @@ def backend_statements(backend_url: str) -> list[dict[str, Any]]:
     ]
 
 
-def image_repositories(repositories: Mapping[str, aws.ecr.Repository]) -> dict[str, aws.ecr.Repository]:
+def image_repositories(repositories: Mapping[str, aws.ecr.Repository],
+                       cfg: StackConfig) -> dict[str, aws.ecr.Repository]:
     """The registry's repositories the image project pushes to (one per Dockerfile target the
-    stack has a repository for): what to pass as ``DeployRunner(repositories=...)``."""
-    return {t: repositories[t] for t in IMAGE_TARGETS if t in repositories}
+    stack builds, ``built_targets``, and has a repository for): what to pass as
+    ``DeployRunner(repositories=...)``."""
+    return {t: repositories[t] for t in built_targets(cfg) if t in repositories}
 
 
 def _buildspec(name: str) -> str:

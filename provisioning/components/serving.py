@@ -47,7 +47,9 @@ LATENCY_METRIC = "request_predict_seconds"
 # server must export it (docs/infra.md, "Serving and tracking").
 REQUESTS_METRIC = "model_server_requests_total"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
-RUN_AS = 10001
+RUN_AS = 10001  # the Dockerfile's non-root user
+# The serving side's server CLI (docs/serving.md): the `serving` image's entrypoint too.
+SERVER_COMMAND = ("python", "-m", "controlplane.serving.server")
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class Serving(pulumi.ComponentResource):
             "image": self._in.image,
             # The serving side's server CLI (docs/serving.md); it reads
             # <store>/<bucket>/models/<name>/<version>/model.json and checks its sha256.
-            "command": ["python", "-m", "controlplane.serving.server"],
+            "command": list(SERVER_COMMAND),
             "args": ["--model", model.name, "--version", served.version, "--sha256", served.sha256,
                      "--store", f"https://s3.{self._in.region}.amazonaws.com",
                      "--bucket", self._in.bucket_name, "--port", str(cfg.port),

@@ -33,7 +33,8 @@ TRACKING_SA = "mlflow"
 DB_READER_SA = "tracking-secrets-reader"
 ADMIN_SECRET, ROLE_SECRET = "tracking-db-admin", "tracking-db"
 SERVICE = "mlflow"
-RUN_AS = 10001
+RUN_AS = 10001  # the Dockerfile's non-root user
+MLFLOW = "mlflow"  # the `tracking` image's entrypoint: `mlflow server`, `mlflow db upgrade`
 DB_PORT = 5432
 ADMIN_DATABASE = "controlplane"  # the instance's initial database (components/database.py)
 
@@ -192,7 +193,7 @@ class Tracking(pulumi.ComponentResource):
     def _upgrade_job(self, depends_on: list[pulumi.Resource]) -> pulumi.Resource:
         return self._job("db-upgrade", self._in.image_pin, {
             "name": "db-upgrade", "image": self._in.image,
-            "command": ["mlflow", "db", "upgrade", "$(MLFLOW_BACKEND_STORE_URI)"],
+            "command": [MLFLOW, "db", "upgrade", "$(MLFLOW_BACKEND_STORE_URI)"],
             "env": self._backend_env(),
             "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}},
         }, depends_on)
@@ -201,7 +202,7 @@ class Tracking(pulumi.ComponentResource):
         cfg, ns = self._in.cfg, self.namespace
         container = {
             "name": "mlflow", "image": self._in.image,
-            "command": ["mlflow", "server"],
+            "command": [MLFLOW, "server"],
             "args": ["--host", "0.0.0.0", "--port", str(cfg.port),
                      "--backend-store-uri", "$(MLFLOW_BACKEND_STORE_URI)",
                      "--serve-artifacts", "--artifacts-destination",

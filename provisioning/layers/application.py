@@ -81,19 +81,15 @@ def check_images(cfg: StackConfig, app: ApplicationConfig) -> None:
               "tracking": cfg.tracking is not None and cfg.tracking.image is None}
     for key, digest in (("controlplane", app.images.controlplane), ("gameday", app.images.gameday),
                         ("serving", app.images.serving), ("tracking", app.images.tracking)):
-        if needed[key] and digest is None and key in ("serving", "tracking"):
-            # no `gameday infra image` target builds these yet: say so, and how to opt out
-            raise ConfigError(
-                f"{PROJECT}:images.{key} is not set in Pulumi.{pulumi.get_stack()}.yaml: build "
-                f"and push the {key} image to the registry's `{key}` repository and set its "
-                f"digest there (`gameday infra image` does not build it yet, docs/infra.md), or "
-                f"remove {PROJECT}:{key} from Pulumi.{app.platform_stack_name}.yaml to deploy "
-                f"without it")
         if needed[key] and digest is None:
+            # serving and tracking are optional sections: name how to deploy without them
+            opt_out = (f"; or remove {PROJECT}:{key} from Pulumi.{app.platform_stack_name}.yaml "
+                       "to deploy without it" if key in ("serving", "tracking") else "")
             raise ConfigError(
                 f"{PROJECT}:images.{key} is not set in Pulumi.{pulumi.get_stack()}.yaml: build "
                 f"and push the image first (`gameday infra image --stack "
-                f"{app.platform_stack_name}` records its digest), then run this stack")
+                f"{app.platform_stack_name}` builds the Dockerfile's `{key}` target and records "
+                f"its digest), then run this stack{opt_out}")
     if cfg.serving is not None and app.served_model is None:
         raise ConfigError(
             f"{PROJECT}:servedModel is not set in Pulumi.{pulumi.get_stack()}.yaml: publish the "

@@ -194,7 +194,7 @@ def build() -> None:
         runner = DeployRunner(
             f"{p}-runner", cfg.deploy_runner, naming, region, account_id, network.vpc_id,
             network.private_subnet_ids, cluster.name, cluster.security_group_id,
-            image_repositories(registry.repositories), key.arn,
+            image_repositories(registry.repositories, cfg), key.arn,
             opts=pulumi.ResourceOptions(depends_on=[cluster]),
         )
         pulumi.export("deployRunner", deploy_runner_exports(runner))

@@ -19,11 +19,13 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from botocore.awsrequest import AWSResponse
 from botocore.validate import validate_parameters
 from click.testing import CliRunner, Result
 
 from operations import cli, deploy
+from tests.infra.harness import REPO
 from tests.infra.motoserver import fresh_session
 
 DATA = Path(__file__).parent / "data" / "codebuild"
@@ -97,6 +99,8 @@ def checkout(tmp_path: Path) -> Path:
     (repo / "Pulumi.staging-app.yaml").write_text(
         f"config:\n  mlplatform:images:\n    controlplane: {CP}\n    gameday: {GD}\n")
     (repo / "notes.txt").write_text("committed\n")
+    for stack in ("staging", "dev"):  # which images each builds (`--local`: stack_targets)
+        (repo / f"Pulumi.{stack}.yaml").write_text((REPO / f"Pulumi.{stack}.yaml").read_text())
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "x")
@@ -217,6 +221,26 @@ def test_image_prints_progress_and_sets_the_digests(
                                         "gameday": "sha256:" + "b2" * 32}, checkout)]
     assert aws.sent("StartBuild")[0]["projectName"] == IMAGE
     assert len(aws.sent("BatchGetBuilds")) == 4
+
+
+def test_image_sets_the_serving_and_tracking_digests_it_built(
+        aws: Recorder, checkout: Path, outputs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buildspec exports every IMAGE_DIGEST_*; one left empty (its repository variable
+    unset) was not built and is not written."""
+    written: list[tuple[str, dict[str, str], Path]] = []
+    monkeypatch.setattr(deploy, "set_app_images", lambda *a: written.append(a))  # dry writer
+    replay = _replay("image_succeeded.json")
+    replay[-1]["builds"][0]["exportedEnvironmentVariables"] += [
+        {"name": "IMAGE_DIGEST_SERVING", "value": "sha256:" + "c3" * 32},
+        {"name": "IMAGE_DIGEST_TRACKING", "value": ""}]
+    aws.replay = replay
+    result = _run("image", "--stack", "staging", "--outputs", str(outputs),
+                  "--poll-seconds", "0", "--work-dir", str(checkout))
+    assert result.exit_code == 0, result.output
+    assert f"serving: sha256:{'c3' * 32}" in result.output and "tracking:" not in result.output
+    assert written == [("staging-app", {"controlplane": "sha256:" + "a1" * 32,
+                                        "gameday": "sha256:" + "b2" * 32,
+                                        "serving": "sha256:" + "c3" * 32}, checkout)]
 
 
 def test_failed_deploy_exits_1_naming_the_phase_and_the_log(
@@ -343,3 +367,76 @@ def test_bad_image_digest_option_is_refused(checkout: Path, outputs: Path) -> No
                   "controlplane=latest", "--work-dir", str(checkout))
     assert result.exit_code == 1
     assert "--image-digest: controlplane digest 'latest' is not sha256:<64 hex>" in result.output
+
+
+# The same fake in sh: 13 calls of a Python one cost seconds on a busy machine.
+FAKE_DOCKER_SH = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_DOCKER_LOG"
+if [ "$1" = login ]; then cat >/dev/null; fi
+if [ "$1" = inspect ]; then for ref; do :; done; printf '%s@sha256:%064d\\n' "${ref%:*}" 0; fi
+"""
+
+
+def _fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake docker on PATH; returns its log, one line of arguments per call."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "docker").write_text(FAKE_DOCKER_SH)
+    (bindir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "docker.log"))
+    return tmp_path / "docker.log"
+
+
+ALL_REPOS = {**REPOS, "serving": f"{REGISTRY}/mlplatform-staging/serving",
+             "tracking": f"{REGISTRY}/mlplatform-staging/tracking"}
+
+
+@pytest.mark.parametrize(("config", "built"), [
+    (None, ["controlplane", "gameday", "serving", "tracking"]),  # Pulumi.staging.yaml as it is
+    ("mlplatform:tracking", ["controlplane", "gameday", "serving"]),  # without tracking
+])
+def test_local_build_builds_serving_and_tracking_where_the_stack_runs_them(
+        aws: Recorder, checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        config: str | None, built: list[str]) -> None:
+    """--local reads which images the stack runs from its Pulumi.<stack>.yaml (the CodeBuild
+    path gets the same answer as the image project's repository variables)."""
+    if config is not None:
+        stack_file = checkout / "Pulumi.staging.yaml"
+        doc = yaml.safe_load(stack_file.read_text())
+        del doc["config"][config]
+        stack_file.write_text(yaml.safe_dump(doc))
+        _git(checkout, "commit", "-qam", f"no {config}")
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"repositories": ALL_REPOS}))
+    log = _fake_docker(tmp_path, monkeypatch)
+    result = _run("image", "--stack", "staging", "--outputs", str(outputs), "--local",
+                  "--no-set-config", "--work-dir", str(checkout))
+    assert result.exit_code == 0, result.output
+    builds = [line.split() for line in log.read_text().splitlines() if line.startswith("build ")]
+    assert [argv[2] for argv in builds] == built
+    assert [argv[4].rsplit(":", 1)[0] for argv in builds] == [ALL_REPOS[t] for t in built]
+    assert [line.split(":")[0] for line in result.output.splitlines()
+            if line.split(":")[0] in ALL_REPOS] == built
+
+
+def test_local_build_names_the_stack_file_it_cannot_use(
+        aws: Recorder, checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack_file = checkout / "Pulumi.staging.yaml"
+    doc = yaml.safe_load(stack_file.read_text())
+    doc["config"]["mlplatform:serving"]["port"] = 80
+    stack_file.write_text(yaml.safe_dump(doc))
+    _git(checkout, "commit", "-qam", "bad port")
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"repositories": ALL_REPOS}))
+    log = _fake_docker(tmp_path, monkeypatch)
+    result = _run("image", "--stack", "staging", "--outputs", str(outputs), "--local",
+                  "--no-set-config", "--work-dir", str(checkout))
+    assert result.exit_code == 1
+    assert "Pulumi.staging.yaml" in result.output and "serving.port" in result.output, result.output
+    assert not log.exists(), "nothing built before the config is read"
+    (checkout / "Pulumi.staging.yaml").unlink()
+    _git(checkout, "commit", "-qam", "no stack file")
+    result = _run("image", "--stack", "staging", "--outputs", str(outputs), "--local",
+                  "--no-set-config", "--work-dir", str(checkout))
+    assert result.exit_code == 1 and "cannot read the platform stack's config" in result.output

@@ -15,12 +15,14 @@ import yaml
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from operations.deploy import DIGEST_VARIABLES
 from provisioning import deployability as d
 from provisioning.components import deploy_runner as dr
 from provisioning.components.common import Naming
 from provisioning.components.registry import Registry
 from provisioning.config import DeployRunnerConfig, RegistryConfig, parse_stack_config
 from provisioning.objectives import availability_objectives
+from provisioning.render import merge
 from tests.infra.harness import (
     ACCOUNT,
     PROJECT,
@@ -56,10 +58,11 @@ def _program(backend: str, repos: tuple[str, ...]) -> Callable[[], None]:
     return program
 
 
-def _stack_program(stack: str) -> Callable[[], None]:
-    """How the platform program wires the runner, from the stack's real config."""
+def _stack_program(stack: str, patch: dict[str, Any] | None = None) -> Callable[[], None]:
+    """How the platform program wires the runner, from the stack's real config (deep-merged
+    with ``patch``; a None value deletes a key)."""
     def program() -> None:
-        raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items()
+        raw = {k.split(":", 1)[1]: v for k, v in merge(stack_config(stack), patch or {}).items()
                if k.startswith(f"{PROJECT}:")}
         cfg = parse_stack_config(raw, f"Pulumi.{stack}.yaml")
         naming = Naming(PROJECT, stack, cfg.environment.value, cfg.owner, cfg.cost_center,
@@ -68,7 +71,7 @@ def _stack_program(stack: str) -> Callable[[], None]:
         if cfg.deploy_runner.enabled:
             dr.DeployRunner("runner", cfg.deploy_runner, naming, REGION, ACCOUNT, "vpc-1",
                             list(SUBNETS), naming.prefix, CLUSTER_SG,
-                            dr.image_repositories(registry.repositories), KEY)
+                            dr.image_repositories(registry.repositories, cfg), KEY)
     return program
 
 
@@ -85,7 +88,8 @@ def render(backend: str = STATE, repos: tuple[str, ...] = ("controlplane", "game
     _sync_await(run_pulumi_func(program or _program(backend, repos)))
     return Run(stack, [
         Resource(urn=reg.urn, type=reg.urn.split("::")[2].split("$")[-1],
-                 name=reg.urn.split("::")[3], props=dict(reg.state), id=reg.id or "")
+                 name=reg.urn.split("::")[3], props=dict(reg.state), id=reg.id or "",
+                 dependencies=monitor.dependencies.get(reg.urn, ()))
         for reg in monitor.get_registered_resources().values()])
 
 
@@ -233,16 +237,12 @@ def test_buildspecs_parse_and_export_the_digests() -> None:
     image = yaml.safe_load(dr._buildspec("image"))
     deploy = yaml.safe_load(dr._buildspec("deploy"))
     assert image["version"] == deploy["version"] == 0.2
-    assert image["env"]["exported-variables"] == ["IMAGE_DIGEST_CONTROLPLANE", "IMAGE_DIGEST_GAMEDAY"]
-    build = "\n".join(image["phases"]["build"]["commands"])
-    for target in dr.IMAGE_TARGETS:  # the Dockerfile has each target the buildspec builds
-        assert f"push {target} " in build
-        assert f"AS {target}\n" in (dr.BUILDSPECS.parents[1] / "Dockerfile").read_text()
-    for name in ("IMAGE_DIGEST_CONTROLPLANE", "IMAGE_DIGEST_GAMEDAY"):
-        assert f"{name}=$(push" in build
+    # what `gameday infra image` reads (operations/deploy.py), one per Dockerfile target; what
+    # the buildspecs do with them runs in tests/infra/test_images.py
+    assert image["env"]["exported-variables"] == list(DIGEST_VARIABLES.values()) == [
+        "IMAGE_DIGEST_CONTROLPLANE", "IMAGE_DIGEST_GAMEDAY", "IMAGE_DIGEST_SERVING",
+        "IMAGE_DIGEST_TRACKING"]
     commands = "\n".join(c for phase in deploy["phases"].values() for c in phase["commands"])
-    assert "pulumi config set --path 'mlplatform:images.controlplane' \"$IMAGE_DIGEST_CONTROLPLANE\"" in commands
-    assert "pulumi config set --path 'mlplatform:images.gameday'" in commands
     assert "pulumi up --yes --non-interactive --stack \"$APP_STACK\"" in commands
     assert commands.index("config set") < commands.index("pulumi up")
     assert "pulumi==${PULUMI_VERSION}" in commands and "pulumi-v${PULUMI_VERSION}" in commands
@@ -264,10 +264,14 @@ def test_backend_statements(url: str, expected: list[list[str]]) -> None:
     assert [st["Resource"] for st in dr.backend_statements(url)] == expected
 
 
+ALL_REPOSITORIES = {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY", "REPOSITORY_SERVING",
+                    "REPOSITORY_TRACKING"}
+
+
 @pytest.mark.parametrize(("stack", "targets"), [
-    ("dev", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),  # private endpoint by default
-    ("staging", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),
-    ("prod", {"REPOSITORY_CONTROLPLANE", "REPOSITORY_GAMEDAY"}),  # the default repositories
+    ("dev", ALL_REPOSITORIES),  # private endpoint by default; serving and tracking set
+    ("staging", ALL_REPOSITORIES),
+    ("prod", ALL_REPOSITORIES),
 ])
 def test_stack_configs_wire_the_runner(stack: str, targets: set[str] | None) -> None:
     run = render(program=_stack_program(stack), stack=stack)
@@ -283,3 +287,29 @@ def test_stack_configs_wire_the_runner(stack: str, targets: set[str] | None) -> 
     assert variables["PULUMI_BACKEND_URL"] == f"s3://mlplatform-pulumi-state-{stack}"
     assert variables["APP_STACK"] == f"{stack}-app"
     assert d.check_required(run.resources) + d.check_retention(run.resources) == []
+
+
+@pytest.mark.parametrize(("patch", "built"), [
+    ({}, {"controlplane", "gameday", "serving", "tracking"}),
+    # (tracking is treated alike by built_targets; test_deploy_cli.py's --local test drops it)
+    ({"mlplatform:serving": None}, {"controlplane", "gameday", "tracking"}),
+    # an image from elsewhere: the registry's repository stays, nothing builds into it
+    ({"mlplatform:serving": {"image": {"repository": "ghcr.io/x/server", "tag": "1"}}},
+     {"controlplane", "gameday", "tracking"}),
+])
+def test_serving_and_tracking_are_built_only_where_the_stack_runs_them(
+        patch: dict[str, Any], built: set[str]) -> None:
+    """The image project gets a repository variable, and its role push rights, for exactly
+    the targets the stack runs from its registry; and it is created after each of those
+    repositories (mocks register in program order: the dependency is what the engine obeys)."""
+    run = render(program=_stack_program("staging", patch))
+    image = run.one("aws:codebuild/project:Project", "runner-image")
+    variables = {v["name"]: v["value"] for v in image.props["environment"]["environmentVariables"]}
+    repos = {r.props["name"].split("/", 1)[1]: r for r in run.of_type("aws:ecr/repository:Repository")}
+    assert {n for n in variables if n.startswith("REPOSITORY_")} == {
+        f"REPOSITORY_{t.upper()}" for t in built}
+    for target in built:
+        assert variables[f"REPOSITORY_{target.upper()}"] == repos[target].props["repositoryUrl"]
+        assert repos[target].urn in image.dependencies, f"{target} repository before the project"
+    assert sorted(_granted(_policy(run, "image"), "ecr:PutImage")) == sorted(
+        repos[t].props["arn"] for t in built)

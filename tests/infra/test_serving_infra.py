@@ -261,14 +261,17 @@ def test_bad_serving_or_tracking_config_is_refused_naming_the_key(patch: dict, e
     assert "Pulumi.dev.yaml" in message and expected in message, message
 
 
-def test_application_stack_without_the_serving_digest_says_what_to_do() -> None:
-    """No `gameday infra image` target builds the serving image yet: the message must not send
-    the user there, and names how to deploy without serving."""
+@pytest.mark.parametrize("key", ["serving", "tracking"])
+def test_application_stack_without_the_serving_digest_says_what_to_do(key: str) -> None:
+    """`gameday infra image` builds the serving and tracking targets: the message sends the
+    user there, and names how to deploy without them."""
     with pytest.raises(ConfigError, match=(
-            r"mlplatform:images.serving is not set in Pulumi.dev-app.yaml: build and push the "
-            r"serving image .*does not build it yet.*or remove mlplatform:serving from "
-            r"Pulumi.dev.yaml to deploy without it")):
-        run_program("dev", app_patch={"mlplatform:images": {"serving": None}})
+            rf"mlplatform:images.{key} is not set in Pulumi.dev-app.yaml: build and push the "
+            rf"image first \(`gameday infra image --stack dev` builds the Dockerfile's `{key}` "
+            rf"target and records its digest\), then run this stack; or remove mlplatform:{key} "
+            r"from Pulumi.dev.yaml to deploy without it")):
+        # check_images runs before the platform stack's outputs are read: no platform run needed
+        run_program("dev", app_patch={"mlplatform:images": {key: None}}, layers=("application",))
 
 
 @pytest.mark.parametrize(("model", "expected"), [
