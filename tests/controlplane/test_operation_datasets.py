@@ -87,3 +87,21 @@ def test_pipeline_steps_and_operations_share_the_dataset_rules() -> None:
 def test_a_workload_class_does_not_refuse_datasets() -> None:
     ds = [{"name": "rows", "sha256": V1, "uri": "datasets/rows.csv"}]
     assert spec(workload_class="batch-preprocessing", datasets=ds).datasets[0].sha256 == V1
+
+
+def test_an_operation_gives_its_workload_its_declared_datasets() -> None:
+    from controlplane.pipelines.manifest import given_inputs, inputs_mismatch
+
+    ds = [{"name": "b", "sha256": V2, "uri": "datasets/b"},
+          {"name": "a", "sha256": V1, "uri": "s3://ml-artifacts/datasets/a"}]
+    doc = spec(datasets=ds).document()
+    given = given_inputs(doc)
+    assert given == {"steps": [], "datasets": ds, "digests": [V1, V2]}
+    assert given_inputs(spec().document()) is None  # nothing to read at start
+    # the agent checks the result against it: every digest, none left out (policy fail)
+    assert inputs_mismatch(given, [V2, V1], None) is None
+    assert "it was given" in str(inputs_mismatch(given, [V1], None))
+    assert "not degrade" in str(inputs_mismatch(given, [V1], {"excluded": {"b": "missing"}}))
+    # a pipeline step's own inputs win: its operation never declares datasets of its own
+    step = {**doc, "pipeline": {"inputs": {"steps": [], "datasets": [], "digests": []}}}
+    assert given_inputs(step) == {"steps": [], "datasets": [], "digests": []}
