@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from controlplane import registry, workload_classes
+from controlplane import dataset_uri, registry, workload_classes
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})?$")
@@ -25,6 +25,7 @@ MAX_PARAMS_BYTES = 16_384
 # valid and keeps a 10 MB field from being parsed at all.
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_LABELS = 32
+MAX_DATASETS = 64
 
 
 class Strict(BaseModel):
@@ -93,6 +94,46 @@ class Workload(Strict):
         return v
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Dataset(Strict):
+    """An input dataset: its name is for people, its sha256 (of the bytes) is its identity, its
+    uri where it is read at start (controlplane/dataset_uri.py)."""
+
+    name: Name
+    sha256: Sha256
+    uri: str | None = Field(default=None, max_length=dataset_uri.MAX_LENGTH)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                dataset_uri.split(v)
+            except ValueError as exc:
+                raise ValueError(f"not an s3 URI of the artifact bucket: {exc}") from None
+        return v
+
+
+def check_datasets(datasets: list[Dataset], where: str, *, read_all: str | None = None,
+                   ) -> None:
+    """Dataset names are unique (a source is named in results and failures by its name);
+    with ``read_all`` (why every dataset is read at start) each needs a uri. ``where`` is the
+    field path of the list in the messages (``datasets``, ``steps[0].datasets``)."""
+    seen: dict[str, int] = {}
+    for j, ds in enumerate(datasets):
+        if ds.name in seen:
+            raise ValueError(f"{where}[{j}].name: duplicate dataset name {ds.name!r} "
+                             f"(also {where.rsplit('.', 1)[-1]}[{seen[ds.name]}])")
+        seen[ds.name] = j
+    if read_all is None:
+        return
+    for j, ds in enumerate(datasets):
+        if not ds.uri:
+            raise ValueError(f"{where}[{j}].uri: {read_all}; {ds.name!r} has no uri")
+
+
 class OperationSpec(Strict):
     name: Name
     queue: Name = "default"
@@ -104,6 +145,16 @@ class OperationSpec(Strict):
     timeout_seconds: Int = Field(default=3600, ge=1, le=7 * 24 * 3600)
     labels: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
     workload_class: WorkloadClassName | None = None  # controlplane/workload_classes.py
+    # read from the artifact bucket and checked against their sha256 before the workload
+    # starts (docs/CONTRACTS.md section 5, "Data at start"); a mismatch is a start failure
+    datasets: list[Dataset] = Field(default_factory=list, max_length=MAX_DATASETS)
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, v: list[Dataset]) -> list[Dataset]:
+        check_datasets(v, "datasets", read_all="an operation reads every dataset it declares "
+                       "at start")
+        return v
 
     @field_validator("labels")
     @classmethod
@@ -121,6 +172,8 @@ class OperationSpec(Strict):
             del doc["workload_class"]
         if not doc["placement"]["interruptible"]:
             del doc["placement"]["interruptible"]
+        if not doc["datasets"]:
+            del doc["datasets"]
         return doc
 
     @model_validator(mode="after")

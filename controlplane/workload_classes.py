@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Fields every submission may set whatever its class: they say *what* runs, not how.
+# Fields every submission may set whatever its class: they say *what* runs (and on which
+# data), not how.
 ALWAYS_ALLOWED = frozenset({"name", "workload_class", "workload.kind", "workload.image",
-                            "workload.params", "labels"})
+                            "workload.params", "labels", "datasets"})
 
 
 class ClassRefused(ValueError):

@@ -246,8 +246,9 @@ class AttemptRunner(threading.Thread):
             labels=dict(self.claim.spec.get("labels") or {}),
             workload_class=self.claim.spec.get("workload_class"),
             interruptible=bool((self.claim.spec.get("placement") or {}).get("interruptible")),
-            pipeline_inputs=(json.dumps(pipeline["inputs"], sort_keys=True)
-                             if (pipeline := self.claim.spec.get("pipeline")) else None),
+            # a pipeline step's inputs, or the operation's declared datasets, read at start
+            pipeline_inputs=(json.dumps(given, sort_keys=True) if (
+                given := pipeline_manifest.given_inputs(self.claim.spec)) is not None else None),
         )
 
     def _start_failed(self, reason: str, message: str, *, transient: bool) -> None:
@@ -425,9 +426,10 @@ class AttemptRunner(threading.Thread):
                                transient=True)
             return Ending.FAILED
         pipeline = self.claim.spec.get("pipeline")
-        if pipeline is not None:  # a pipeline step must have consumed exactly what it was
-            # given, less the sources it names as left out under its declared degrade policy
-            why = pipeline_manifest.inputs_mismatch(pipeline["inputs"], manifest.get("inputs"),
+        given = pipeline_manifest.given_inputs(self.claim.spec)
+        if given is not None:  # it must have consumed exactly what it was given, less the
+            # sources it names as left out under its declared degrade policy
+            why = pipeline_manifest.inputs_mismatch(given, manifest.get("inputs"),
                                                     manifest.get("sources"))
             if why is not None:
                 self._final_report("failed", f"completion manifest: {why}", transient=False)
@@ -444,8 +446,9 @@ class AttemptRunner(threading.Thread):
             "last_checkpoint": self.observed.last_checkpoint,
             "torn_checkpoints_skipped": self.observed.torn_skipped,
         }
-        if pipeline is not None:  # what the control plane checks before downstream starts
+        if given is not None:  # the digests consumed: what its result was computed from
             result["inputs"] = sorted(manifest.get("inputs") or [])
+        if pipeline is not None:  # what the control plane checks before downstream starts
             result["checks"] = manifest.get("checks") or {}
             if manifest.get("sources"):  # the datasets read at start, and any left out
                 result["sources"] = manifest["sources"]

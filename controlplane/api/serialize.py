@@ -13,6 +13,7 @@ OP_FIELDS = ("name", "queue", "priority", "workload", "resources", "placement", 
 def operation(row: dict[str, Any], project: str | None) -> dict[str, Any]:
     spec = row["spec"]
     doc = {k: spec.get(k) for k in OP_FIELDS}
+    doc["datasets"] = spec.get("datasets", [])  # left out of the stored document when none
     doc.update({
         "id": str(row["id"]), "project": project, "state": row["state"],
         "state_reason": row["state_reason"], "pending_reason": release.wait_reason(row),

@@ -63,6 +63,18 @@ def validate(result: Any, *, operation_id: str, attempt: int,
     return doc
 
 
+def given_inputs(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """What an operation document (as claimed) gives its workload to consume, by digest: a
+    pipeline step's inputs, or a plain operation's declared datasets, read at start under
+    policy ``fail`` (docs/CONTRACTS.md, "Data at start"); None when it gives nothing (pure)."""
+    if (pipeline := spec.get("pipeline")) is not None:
+        return dict(pipeline["inputs"])
+    if datasets := spec.get("datasets"):
+        return {"steps": [], "datasets": datasets,
+                "digests": sorted({d["sha256"] for d in datasets})}
+    return None
+
+
 def excluded_sources(manifest: dict[str, Any] | None) -> dict[str, str]:
     return dict(((manifest or {}).get("sources") or {}).get("excluded") or {})
 

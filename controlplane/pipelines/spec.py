@@ -6,20 +6,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from controlplane.models import Bool, Int, Name, OperationSpec, Strict
+from controlplane.models import (
+    MAX_DATASETS,
+    Bool,
+    Dataset,
+    Int,
+    Name,
+    OperationSpec,
+    Sha256,
+    Strict,
+    check_datasets,
+)
 
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 MAX_STEPS = 64
-
-
-class Dataset(Strict):
-    """An input dataset: its name is for people, its sha256 (of the bytes) is its identity."""
-
-    name: Name
-    sha256: Sha256
-    uri: str | None = Field(default=None, max_length=1024)
 
 
 class SourcePolicy(Strict):
@@ -59,6 +60,14 @@ class StepOperation(OperationSpec):
 
     name: Name | None = None  # type: ignore[assignment]
 
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, v: list[Dataset]) -> list[Dataset]:  # replaces the operation's check
+        if v:  # one place per step, read under the step's on_source_unavailable policy
+            raise ValueError("a pipeline step declares its datasets on the step "
+                             "(steps[i].datasets), not in its operation")
+        return v
+
 
 class SideEffect(Strict):
     kind: Name = "model_registration"
@@ -72,7 +81,7 @@ class Step(Strict):
     role: Literal["task", "aggregate", "release"] = "task"
     needs: list[Name] = Field(default_factory=list, max_length=MAX_STEPS)
     operation: StepOperation
-    datasets: list[Dataset] = Field(default_factory=list, max_length=64)
+    datasets: list[Dataset] = Field(default_factory=list, max_length=MAX_DATASETS)
     code_digest: Sha256 | None = None
     environment: dict[Name, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
     cache: Bool | None = None  # None: on, except release steps (external state)
@@ -142,22 +151,15 @@ def _check_sources(i: int, step: Step) -> None:
     """Dataset names are unique within a step (a source is named in results by its name); a
     source policy needs sources that are read (each dataset with a uri), at most as many as
     its minimum."""
-    seen: dict[str, int] = {}
-    for j, ds in enumerate(step.datasets):
-        if ds.name in seen:
-            raise ValueError(f"steps[{i}].datasets[{j}].name: duplicate dataset name "
-                             f"{ds.name!r} (also datasets[{seen[ds.name]}])")
-        seen[ds.name] = j
+    check_datasets(step.datasets, f"steps[{i}].datasets")
     pol = step.on_source_unavailable
     if pol is None:
         return
     if not step.datasets:
         raise ValueError(f"steps[{i}].on_source_unavailable: step {step.name!r} declares no "
                          "datasets to read")
-    for j, ds in enumerate(step.datasets):
-        if not ds.uri:
-            raise ValueError(f"steps[{i}].datasets[{j}].uri: a step with on_source_unavailable "
-                             f"reads every dataset at start; {ds.name!r} has no uri")
+    check_datasets(step.datasets, f"steps[{i}].datasets",
+                   read_all="a step with on_source_unavailable reads every dataset at start")
     if pol.min_sources is not None and pol.min_sources > len(step.datasets):
         raise ValueError(f"steps[{i}].on_source_unavailable.min_sources: {pol.min_sources} > "
                          f"{len(step.datasets)} datasets")

@@ -59,7 +59,8 @@ class LaunchSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     workload_class: str | None = None  # controlplane/workload_classes.py
     interruptible: bool = False  # may run on spot capacity (checkpointable classes only)
-    # a pipeline step's inputs (JSON): the upstream manifests it must start from, explicitly
+    # a pipeline step's inputs (JSON): the upstream manifests it must start from, explicitly;
+    # or an operation's declared datasets (controlplane/pipelines/manifest.py given_inputs)
     pipeline_inputs: str | None = None
 
 

@@ -48,8 +48,8 @@ def parser() -> argparse.ArgumentParser:
                    "steps (controlplane/workload/steps.py)")
     p.add_argument("--pipeline-inputs", default=None,
                    help="a pipeline step's inputs as JSON (upstream completion manifests and "
-                   "datasets, given by the control plane): read from the named prefixes and "
-                   "checked by sha256 before use")
+                   "datasets, given by the control plane), or an operation's declared "
+                   "datasets: read from the named prefixes and checked by sha256 before use")
     p.add_argument("--seconds", type=float, default=1.0, help="duration of sleep/fail kinds")
     p.add_argument("--min-candidates", type=int, default=0,
                    help="evaluate: the check enough_candidates passes only with at least this "

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane import defects, storage
+from controlplane import dataset_uri, defects, storage
 
 
 class DataUnavailable(ValueError):
@@ -98,9 +98,11 @@ def accounting(outcome: SourceOutcome) -> dict[str, Any]:
 
 
 def fetch(get: Callable[[str], bytes], datasets: Sequence[dict[str, Any]],
-          policy: dict[str, Any] | None) -> tuple[SourceOutcome, dict[str, bytes]]:
-    """Read every dataset with a uri through ``get`` and apply the policy; DataUnavailable when
-    the step may not run. Returns the outcome and the bytes of the sources it may use."""
+          policy: dict[str, Any] | None, *, bucket: str,
+          ) -> tuple[SourceOutcome, dict[str, bytes]]:
+    """Read every dataset with a uri through ``get`` (object keys of the artifact ``bucket``)
+    and apply the policy; DataUnavailable when the step may not run. Returns the outcome and
+    the bytes of the sources it may use."""
     verify = not defects.enabled("source-digest-unchecked")
     reads: list[SourceRead] = []
     blobs: dict[str, bytes] = {}
@@ -108,7 +110,12 @@ def fetch(get: Callable[[str], bytes], datasets: Sequence[dict[str, Any]],
         if not ds.get("uri"):
             continue
         try:
-            data = get(ds["uri"])
+            key = dataset_uri.key_in(ds["uri"], bucket)
+        except ValueError as exc:  # e.g. another bucket: not one this workload reads
+            reads.append(check(ds["name"], ds["sha256"], None, f"uri {ds['uri']}: {exc}"))
+            continue
+        try:
+            data = get(key)
         except storage.ObjectMissing:
             reads.append(check(ds["name"], ds["sha256"], None, f"object missing: {ds['uri']}"))
             continue

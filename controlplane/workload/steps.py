@@ -59,7 +59,8 @@ def read_inputs(store: storage.ObjectStore, doc: dict[str, Any] | None) -> Input
             out.files[f"{up['step']}/{name}"] = blob
     datasets = doc.get("datasets", [])
     if any(ds.get("uri") for ds in datasets):
-        outcome, blobs = sources_io.fetch(store.get, datasets, doc.get("sources"))
+        outcome, blobs = sources_io.fetch(store.get, datasets, doc.get("sources"),
+                                         bucket=store.bucket)
         out.files.update({f"dataset:{n}": b for n, b in blobs.items()})
         out.sources = sources_io.accounting(outcome)
         for name, why in sorted(outcome.excluded.items()):

@@ -403,3 +403,64 @@ def test_restarted_agent_delivers_refuses_and_announces_what_its_killed_predeces
     assert metrics["controlplane_agent_events_refused_total[]"] == 2
     assert metrics["controlplane_agent_events_dropped_total[('reason', 'expired')]"] == 4
     assert len([e for e in client.events(old.operation_id) if e["kind"] == "evidence_dropped"]) == 1
+
+
+def test_an_operation_runs_on_its_declared_datasets_or_fails_at_start_naming_them(
+    cp_stack: Any, procs: ProcessSupervisor, tmp_path: Path, moto: S3Server, registry: Registry,
+) -> None:
+    """Data at start for a plain operation (docs/CONTRACTS.md section 5): each declared
+    dataset is read from the artifact bucket and checked by sha256 before training. Other
+    bytes train another model and the digest is in the result; other bytes behind a declared
+    name, or no object, fail the operation at start (one attempt, no retries) with the dataset
+    and the reason in its state_reason; the same key with another dataset is a 409."""
+    client = Client(cp_stack)
+    store = moto.store()
+    base = f"datasets/e2e/{uuid.uuid4().hex}"
+    rows = {"v1": b"a,1\nb,2\n", "v2": b"a,1\nb,3\n"}
+    for tag, data in rows.items():
+        store.put(f"{base}/{tag}.csv", data)
+    digest = {tag: storage.sha256_hex(data) for tag, data in rows.items()}
+
+    def submit(key: str, tag: str, uri: str) -> httpx.Response:
+        body = {"name": f"train-{tag}", "max_retries": 3, "timeout_seconds": 600,
+                "workload": {"kind": "train", "image": registry.trainer_image,
+                             "params": {"steps": 4, "checkpoint_every": 2, "seed": 7}},
+                "datasets": [{"name": "rows", "sha256": digest[tag], "uri": uri}]}
+        return client.http.post("/v1/operations", json=body, headers={"Idempotency-Key": key})
+
+    s3_uri = f"s3://{moto.bucket}/{base}/v1.csv"
+    ok = {tag: submit(f"ok-{tag}", tag, uri) for tag, uri in
+          (("v1", s3_uri), ("v2", f"{base}/v2.csv"))}
+    assert {r.status_code for r in ok.values()} == {201}, [r.text for r in ok.values()]
+    assert ok["v1"].json()["datasets"][0]["uri"] == s3_uri
+    clash = submit("ok-v1", "v2", s3_uri)  # the same key, another dataset
+    assert clash.status_code == 409 and "different payload" in clash.text
+    start_agent(procs, cp_stack, tmp_path, "agent-a", moto, registry, cpu_slots=2)
+    weights = {}
+    for tag, r in ok.items():
+        op = client.wait(r.json()["id"], {"succeeded", "failed"})
+        assert op["state"] == "succeeded", op
+        assert op["result"]["inputs"] == [digest[tag]]
+        # (under load an attempt may lose its lease before its start: the succeeded one's)
+        [done] = [a for a in client.attempts(op["id"]) if a["state"] == "succeeded"]
+        manifest, why = storage.verify_artifacts(store, op["id"], done["number"])
+        assert manifest is not None and manifest["inputs"] == [digest[tag]], why
+        weights[tag] = op["result"]["weights_sha256"]
+    assert weights["v1"] != weights["v2"]  # the same job on other bytes: another model
+
+    store.put(f"{base}/v1.csv", rows["v2"])  # other bytes behind the declared name
+    store.client.delete_object(Bucket=moto.bucket, Key=f"{base}/v2.csv")
+    bad = {"sha256 mismatch": submit("changed", "v1", s3_uri).json()["id"],
+           "object missing": submit("missing", "v2", f"{base}/v2.csv").json()["id"]}
+    for why, op_id in bad.items():
+        op = client.wait(op_id, {"succeeded", "failed"})
+        assert op["state"] == "failed" and op["result"] is None, op
+        assert f"rows ({why}" in op["state_reason"], op["state_reason"]
+        # deterministic: never retried on the same data (a lease lost under load aside)
+        attempts = client.attempts(op_id)
+        [attempt] = [a for a in attempts if a["state"] != "lost"]
+        assert attempt["state"] == "failed" and attempt["error"]["kind"] == "deterministic"
+        [event] = [e for e in client.events(op_id) if e["kind"] == "start_failed"]
+        assert event["data"]["reason"] == "data_unavailable", event
+        for a in attempts:  # nothing trained
+            assert storage.verify_artifacts(store, op_id, a["number"])[0] is None

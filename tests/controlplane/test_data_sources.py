@@ -128,13 +128,39 @@ def test_fetch_reads_through_the_store_and_raises_when_the_step_may_not_run() ->
             raise storage.ObjectMissing(uri)
         return blobs[uri]
 
-    outcome, used = data.fetch(get, ds, {"policy": "degrade", "min_sources": 1})
+    outcome, used = data.fetch(get, ds, {"policy": "degrade", "min_sources": 1},
+                                bucket="ml-artifacts")
     assert set(used) == {"s00"} and set(outcome.excluded) == {"s01", "s02"}
     assert outcome.excluded["s02"].startswith("object missing")
     with pytest.raises(data.DataUnavailable, match="policy fail: 2 of 3 sources unusable"):
-        data.fetch(get, ds, {"policy": "fail"})
+        data.fetch(get, ds, {"policy": "fail"}, bucket="ml-artifacts")
     with pytest.raises(data.DataUnavailable, match="fewer than min_sources 2"):
-        data.fetch(get, ds, {"policy": "degrade", "min_sources": 2})
+        data.fetch(get, ds, {"policy": "degrade", "min_sources": 2}, bucket="ml-artifacts")
+
+
+def test_fetch_reads_s3_uris_of_the_artifact_bucket_only() -> None:
+    ds = sources(2)
+    blobs = {d["uri"]: b"rows" for d in ds}
+    ds = [{**d, "sha256": storage_sha(b"rows")} for d in ds]
+    ds[0]["uri"] = "s3://ml-artifacts/" + ds[0]["uri"]  # the same key, bucket named
+    ds[1]["uri"] = "s3://elsewhere/" + ds[1]["uri"]
+    keys: list[str] = []
+
+    def get(key: str) -> bytes:
+        keys.append(key)
+        return blobs[key]
+
+    with pytest.raises(data.DataUnavailable) as failed:
+        data.fetch(get, ds, None, bucket="ml-artifacts")
+    assert keys == ["datasets/t/s00.csv"]  # the other bucket is never asked
+    assert "s01 (uri s3://elsewhere/datasets/t/s01.csv: uri names bucket 'elsewhere', not the "\
+        "artifact bucket 'ml-artifacts')" in str(failed.value)
+
+
+def storage_sha(data: bytes) -> str:
+    from controlplane import storage
+
+    return storage.sha256_hex(data)
 
 
 def test_a_result_may_leave_out_only_the_sources_its_degrade_policy_names() -> None:

@@ -161,3 +161,38 @@ def test_a_cached_token_without_the_user_role_is_left_to_the_route(
                          (SPEC, {**AUTH, "Idempotency-Key": "k"}))
     assert (first.status_code, second.status_code) == (403, 403), second.text
     assert answered == [False, False] and store.calls == []
+
+
+DIGEST = "ab" * 32
+DATASET = {"name": "rows", "sha256": DIGEST, "uri": "s3://ml-artifacts/datasets/churn/rows.csv"}
+
+
+def test_declared_datasets_are_stored_and_returned(app: FastAPI, store: Store) -> None:
+    plain, declared = post(app, (SPEC, {**AUTH, "Idempotency-Key": "plain"}),
+                           ({**SPEC, "datasets": [DATASET]}, {**AUTH, "Idempotency-Key": "ds"}))
+    assert (plain.status_code, declared.status_code) == (201, 201), declared.text
+    assert plain.json()["datasets"] == [] and declared.json()["datasets"] == [DATASET]
+    assert store.calls == [["plain"], ["ds"]]
+
+
+@pytest.mark.parametrize("datasets,loc,why", [
+    ([{**DATASET, "sha256": "AB" * 32}], ["body", "datasets", 0, "sha256"], "pattern"),
+    ([DATASET, {**DATASET, "uri": "datasets/other.csv"}], ["body", "datasets"],
+     "datasets[1].name: duplicate dataset name 'rows' (also datasets[0])"),
+    ([{**DATASET, "uri": "s3://ml-artifacts/checkpoints/op/x"}], ["body", "datasets", 0, "uri"],
+     "not an s3 URI of the artifact bucket: the object is not under datasets/"),
+    ([{**DATASET, "uri": "https://example.org/datasets/rows.csv"}],
+     ["body", "datasets", 0, "uri"], "scheme 'https' is not s3"),
+    ([{"name": "rows", "sha256": DIGEST}], ["body", "datasets"],
+     "datasets[0].uri: an operation reads every dataset it declares at start; 'rows' has no uri"),
+    ([{**DATASET, "name": f"d{i}"} for i in range(65)], ["body", "datasets"], "at most 64"),
+])
+def test_bad_dataset_declarations_are_422s_naming_the_field(
+        app: FastAPI, store: Store, datasets: list[dict[str, Any]], loc: list[Any],
+        why: str) -> None:
+    post(app, (SPEC, {**AUTH, "Idempotency-Key": "warm"}))  # the fast path would take it next
+    r = post(app, ({**SPEC, "datasets": datasets}, {**AUTH, "Idempotency-Key": "k"}))[0]
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert error["loc"] == loc and why in error["msg"], error
+    assert store.calls == [["warm"]]  # nothing committed
