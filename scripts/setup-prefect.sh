@@ -26,7 +26,9 @@ echo "==> installing Prefect 3 (+ asyncpg, numpy, boto3) into $VENV (about a min
 "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 # asyncpg is Prefect's own PostgreSQL driver (a dependency of prefect); numpy + boto3 run the flow
 "$VENV/bin/pip" install -q "$PREFECT_SPEC" asyncpg numpy boto3 2>&1 | grep -v "is ignored" || true
-"$VENV/bin/pip" install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
+# flock: setup.sh installs this project editable into .venv at the same time (both write its
+# egg-info in this tree)
+flock pyproject.toml "$VENV/bin/pip" install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
 version=$("$VENV/bin/python" -c 'import prefect; print(prefect.__version__)')
 "$VENV/bin/python" -c 'import asyncpg, numpy, boto3, controlplane.workload.run' \
   || { echo "setup-prefect: $VENV is incomplete" >&2; exit 1; }

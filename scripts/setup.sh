@@ -5,13 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# KServe's model server (its own venv, for the local environment's serving replicas: `gameday
-# env up --serving`, docs/serving.md) installs while the Debian packages, .venv and
-# .venv-prefect do: about a minute, mostly download and unpack, and it shares no file with
-# them (the other two install this project editable, writing its egg-info in this tree, so
-# they stay one after the other). Its output is shown once it ends.
+# Prefect 3 (its own venv, for the `prefect` platform adapter and its tests) and KServe's model
+# server (its own venv, for the local environment's serving replicas: `gameday env up
+# --serving`, docs/serving.md) install while the Debian packages and .venv do: a minute or two
+# each, mostly download and unpack, so side by side they cost the longest of the three, not
+# the sum. The two editable installs of this project (into .venv and .venv-prefect) write its
+# egg-info in this tree: each holds a lock on pyproject.toml while it does (flock). Each side
+# venv's output is shown once it ends.
 side=$(mktemp -d)
 trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$side"' EXIT
+bash scripts/setup-prefect.sh > "$side/prefect.log" 2>&1 & prefect_pid=$!
 bash scripts/setup-kserve.sh > "$side/kserve.log" 2>&1 & kserve_pid=$!
 
 APT_PACKAGES=(postgresql-15 patroni etcd-server etcd-client haproxy docker-registry prometheus
@@ -48,14 +51,19 @@ stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "==> installing the package and its dependencies into .venv (about 2 minutes)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[dev]'
+  flock pyproject.toml .venv/bin/pip install -q -e '.[dev]'
   touch "$stamp"
 fi
-# Prefect 3 in its own venv, for the `prefect` platform adapter and its tests
-bash scripts/setup-prefect.sh
-if wait "$kserve_pid"; then cat "$side/kserve.log"; else
-  cat "$side/kserve.log" >&2
-  echo "setup failed in scripts/setup-kserve.sh (its output is above)" >&2
+failed=()
+for side_venv in prefect kserve; do
+  pid_var="${side_venv}_pid"
+  if wait "${!pid_var}"; then cat "$side/$side_venv.log"; else
+    cat "$side/$side_venv.log" >&2
+    failed+=("scripts/setup-$side_venv.sh")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "setup failed in ${failed[*]} (the output is above)" >&2
   exit 1
 fi
 # MLflow 3.17.2 (its own venv, scripts/setup-mlflow.sh: 182 s from nothing in a CI run) is NOT
