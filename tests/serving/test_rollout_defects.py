@@ -172,8 +172,8 @@ def test_the_actions_arguments_are_checked_before_anything_runs() -> None:
             "step_seconds": 4}
     assert argument_problems("rollout_version", good) == []
     assert argument_problems("rollout_version", {**good, "version": "v3"}) == [
-        ("version", "'v3' is no published model version (known: v1, v2, v2-errors, v2-slow, "
-                    "v2-garbage)")]
+        ("version", ("'v3' is no published model version (known: v1, v2, v2-errors, v2-slow, "
+                    "v2-garbage)"))]
     assert argument_problems("rollout_version", {**good, "expect": "pass"}) == [
         ("expect", "'pass': one of rollback, done")]
     assert argument_problems("rollout_version", {**good, "steps": [50, 10]}) == [

@@ -108,8 +108,8 @@ def test_a_bad_version_held_instead_of_rolled_back_is_a_violation() -> None:
     held = _rollout("v2-errors", 10, 15, 19, 31, outcome="hold",
                     reasons=("error ratio 0.5 above 0.02 (20 of 40)", "rollback is off"))
     r = rolled_back_within_rto(held, *_window(), 45)
-    assert r.violations == ("v2-errors at 05:00:10: ended hold, not rollback, after 21.0 s "
-                            "(error ratio 0.5 above 0.02 (20 of 40); rollback is off)",)
+    assert r.violations == (("v2-errors at 05:00:10: ended hold, not rollback, after 21.0 s "
+                            "(error ratio 0.5 above 0.02 (20 of 40); rollback is off)"),)
     # ... or never ended at all (still on the canary at the horizon)
     r = rolled_back_within_rto(_three(hold=True), *_window(), 45)
     assert len(r.violations) == 3
@@ -120,8 +120,8 @@ def test_a_bad_version_held_instead_of_rolled_back_is_a_violation() -> None:
 def test_a_rollback_later_than_the_rto_is_a_violation() -> None:
     late = _rollout("v2-slow", 10, 40, 44, 60)
     r = rolled_back_within_rto(late, *_window(), 45)
-    assert r.violations == ("v2-slow at 05:00:10: rolled back 50.0 s after its start (RTO 45 s) "
-                            "(error ratio 0.481 above 0.02 (13 of 27))",)
+    assert r.violations == (("v2-slow at 05:00:10: rolled back 50.0 s after its start (RTO 45 s) "
+                            "(error ratio 0.481 above 0.02 (13 of 27))"),)
     assert rolled_back_within_rto(late, *_window(), 60).violations == ()
 
 
