@@ -54,6 +54,7 @@ class Releases:
         self.state.save()
         if changed or switched:
             self.state.note("defects", {"defects": sorted(wanted), "restarted": changed})
+        if changed:
             self.processes.restart(changed)
         return changed
 
