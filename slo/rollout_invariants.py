@@ -135,8 +135,8 @@ def rolled_back_within_rto(faults: Iterable[FaultRecord], start: float, end: flo
         served = 0.0 if r.exposed is None else (r.withdrawn or r.end) - r.exposed
         whole = f"rollout {r.end - r.start:.1f} s"
         if r.outcome != EXPECT_ROLLBACK:
-            violations.append(f"{r.label}: ended {r.outcome}, not rollback, its version served "
-                              f"{served:.1f} s ({whole}){why}")
+            violations.append(f"{r.label}: ended {r.outcome}, not rollback, its version still "
+                              f"serving after {served:.1f} s ({whole}){why}")
         elif served > rto:
             violations.append(f"{r.label}: its version served {served:.1f} s before it was "
                               f"rolled back (RTO {rto:g} s, {whole}){why}")

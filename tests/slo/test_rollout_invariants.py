@@ -129,8 +129,8 @@ def test_a_bad_version_held_instead_of_rolled_back_is_a_violation() -> None:
                     reasons=("error ratio 0.5 above 0.02 (20 of 40)", "rollback is off"))
     r = rolled_back_within_rto(held, *_window(), 20)
     assert r.violations == (("v2-errors at 05:00:10: ended hold, not rollback, its version "
-                             "served 16.0 s (rollout 21.0 s) (error ratio 0.5 above 0.02 (20 of "
-                             "40); rollback is off)"),)
+                             "still serving after 16.0 s (rollout 21.0 s) (error ratio 0.5 above "
+                             "0.02 (20 of 40); rollback is off)"),)
     # ... or never ended at all (still on the canary at the horizon)
     r = rolled_back_within_rto(_three(hold=True), *_window(), 20)
     assert len(r.violations) == 3
