@@ -85,6 +85,11 @@ KNOWN: dict[str, str] = {
                               "still loading gets predictions",
     "ready-before-loaded": "a model server reports its model ready before the model is "
                            "loaded: the load balancer sends it predictions it cannot answer",
+    "rollback-off": "the rollout controller holds a failing canary at its share instead of "
+                    "rolling it back: the bad model version keeps answering",
+    "canary-weight-ignored": "the rollout controller gives the canary the weight of a full "
+                             "share whatever its step: a bad version answers about half the "
+                             "predictions before its first analysis ends",
 }
 
 
@@ -131,6 +136,11 @@ WHERE: dict[str, frozenset[str]] = {
     # the generated haproxy.cfg (environments/local/serving.py check_path; HAProxy restarted)
     "serving-check-liveness": frozenset({"haproxy"}),
     "ready-before-loaded": frozenset({"model-server"}),  # serving/server.py StoreModel
+    # the local rollout controller (environments/local/serving_rollout.py), no process of its
+    # own: it reads the environment's defects (env.json), nothing is restarted. rollback-off in
+    # the decision's policy (run), canary-weight-ignored in the weights it sets (set_share)
+    "rollback-off": frozenset({"rollout-controller"}),
+    "canary-weight-ignored": frozenset({"rollout-controller"}),
 }
 
 

@@ -35,6 +35,7 @@ from environments.environment_types import (
     FaultDriver,
     FaultResult,
     OpenRun,
+    RolloutDriver,
     RunRequest,
     poll,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "FaultDriver",
     "FaultResult",
     "OpenRun",
+    "RolloutDriver",
     "RunRequest",
     "environment_kind",
     "open_environment",

@@ -12,7 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from controlplane.serving.rollout import Policy
 
 FaultResult = dict[str, Any]
 
@@ -59,6 +62,14 @@ class CredentialDriver(Protocol):
     def revoke_retired_credentials(self) -> FaultResult: ...
     # {"refused": bool, per credential and replica: why}; polls up to ``within`` seconds
     def retired_credentials_refused(self, within: float) -> dict[str, Any]: ...
+
+
+class RolloutDriver(Protocol):
+    """A driver that can roll a model version out through its rollout controller (local
+    environment with model serving only so far): returns how the rollout ended."""
+
+    def rollout(self, version: str, policy: Policy, step_seconds: float,
+                expect: str | None = None) -> dict[str, Any]: ...
 
 
 @runtime_checkable

@@ -142,6 +142,14 @@ MATRIX += (
     Case("serving-replica-loss", "ready-before-loaded", "serving-replica-loss",
          "serving-replica-loss.invariant.serving-availability"),
 )
+# bad-model-rollout: the rollout controller's decision path (a failing canary held, not rolled
+# back) and its traffic path (the canary's weight that of a full share whatever the step)
+MATRIX += (
+    Case("bad-model-rollout", "rollback-off", "bad-model-rollout",
+         "bad-model-rollout.invariant.rolled-back-within-rto"),
+    Case("bad-model-rollout", "canary-weight-ignored", "bad-model-rollout",
+         "bad-model-rollout.invariant.bad-version-share"),
+)
 
 
 @dataclass

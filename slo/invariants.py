@@ -14,6 +14,7 @@ from slo import checkpoint_invariants as ck
 from slo import outcome_invariants as oc
 from slo import overload_invariants as ov
 from slo import pipelines as pl
+from slo import rollout_invariants as ro
 from slo import serving_invariants as sv
 from slo import storage_invariants as st
 from slo import tracking_invariants as tr
@@ -363,6 +364,8 @@ INVARIANTS: dict[str, Judge] = {
     "bounded-retry-amplification": lambda ev, lo, hi, _: retry_amplification(ev.faults, lo, hi),
     "serving-availability": lambda ev, lo, hi, _: sv.serving_availability(ev.inference, lo, hi),
     "serving-latency-p99": lambda ev, lo, hi, _: sv.serving_latency_p99(ev.inference, lo, hi),
+    "bad-version-share": lambda ev, lo, hi, _: ro.bad_version_share(ev.inference, ev.faults,
+                                                                    lo, hi),
 }
 
 
@@ -470,6 +473,8 @@ RTO_INVARIANTS: dict[str, RtoJudge] = {
     **{_name: _overload_judge(_name)
        for _name in ("goodput-recovered", "bounded-request-amplification")},
     "restarted-within-rto": lambda ev, lo, hi, rto: sv.restarted_within_rto(ev.faults, lo, hi, rto),
+    "rolled-back-within-rto": lambda ev, lo, hi, rto: ro.rolled_back_within_rto(ev.faults, lo, hi,
+                                                                                rto),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = (*INVARIANTS, *RTO_INVARIANTS)
 

@@ -137,6 +137,11 @@ NOT_APPLICABLE = {
                             "route while it reloads its model; the cloud stack's serving "
                             "(Argo Rollouts + KEDA) is declared in the Pulumi program but no "
                             "cloud driver deletes a serving pod yet: local only",
+    "bad-model-rollout": "rolls a bad model version out through the local rollout controller "
+                         "(HAProxy weights on the local serving frontend, the canary replica "
+                         "redeployed as a local process); the cloud stack's rollouts (Argo "
+                         "Rollouts' canary analysis) are declared in the Pulumi program but no "
+                         "cloud driver starts one yet: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -1,9 +1,10 @@
 """The fault components of the local environment, built for its composition root
 (``LocalEnvironment.faults``) and handed to the fault driver (environments/local/faults.py): process
-faults, proxy routes, clocks, zones, releases, credential rotation, the database's failover,
-and the fault layers that own state of their own (toxics on the fault proxy's routes, the S3
-brownout, CPU starvation, memory pressure, the database disks, an agent host's power). Each is
-given what it needs here and none reaches into another. A new fault layer is one more entry.
+faults, proxy routes, clocks, zones, releases, credential rotation, model rollouts, the
+database's failover, and the fault layers that own state of their own (toxics on the fault
+proxy's routes, the S3 brownout, CPU starvation, memory pressure, the database disks, an agent
+host's power). Each is given what it needs here and none reaches into another. A new fault
+layer is one more entry.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from environments.local.power_loss import PowerLoss
 from environments.local.process_faults import ProcessFaults
 from environments.local.processes import Processes
 from environments.local.releases import Releases
+from environments.local.rollout_faults import Rollouts
 from environments.local.route_faults import ProxyRoutes
 from environments.local.route_toxics import RouteToxics
 from environments.local.state import EnvState
@@ -41,6 +43,7 @@ def fault_driver(state: EnvState, processes: Processes, db: LocalDatabase) -> Fa
         "zones": ZoneFaults(state, processes, db, ledger, routes, process_faults),
         "releases": Releases(state, processes, ledger),
         "credentials": CredentialRotation(LocalCredentials(state, processes, db), ledger),
+        "rollouts": Rollouts(state, processes, ledger),  # a model version rolled out (serving)
         # the fault layers with state of their own
         "network": RouteToxics(state.endpoints.get("fault_proxy"), ledger),
         "store": StoreBrownout(f"http://127.0.0.1:{moto.ports['s3']}" if moto else None, ledger),

@@ -21,6 +21,7 @@ fault                                 inverse                                com
 ``roll_release(to)`` (rolling)        ``restore_all()`` (default release)    releases.py
 ``rotate_credentials()``              ``revoke_retired_credentials()``       credentials.py
 ``backups.lose()``                    ``backups.restore()`` + ``reopen()``   backup.py
+``rollout(version, policy, ...)``     ``restore_all()`` (good version back)  rollout_faults.py
 ====================================  =====================================  ======================
 
 Fault layers with state of their own are components too (``network``: toxics on proxy
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from environments.local.fault_ledger import FaultLedger
 
 if TYPE_CHECKING:
+    from controlplane.serving.rollout import Policy
     from environments.local.clock_faults import Clocks
     from environments.local.cpu_starvation import CpuStarvation
     from environments.local.credentials import CredentialRotation
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from environments.local.power_loss import PowerLoss
     from environments.local.process_faults import ProcessFaults
     from environments.local.releases import Releases
+    from environments.local.rollout_faults import Rollouts
     from environments.local.route_faults import ProxyRoutes
     from environments.local.route_toxics import RouteToxics
     from environments.local.store_brownout import StoreBrownout
@@ -89,6 +92,7 @@ class FaultInjector:
         self.database: LocalDatabase | None = parts.get("database")
         self.releases: Releases | None = parts.get("releases")
         self.credentials: CredentialRotation | None = parts.get("credentials")
+        self.rollouts: Rollouts | None = parts.get("rollouts")
         self.network: RouteToxics | None = parts.get("network")
         self.store: StoreBrownout | None = parts.get("store")
         self.cpu: CpuStarvation | None = parts.get("cpu")
@@ -217,6 +221,12 @@ class FaultInjector:
     def retired_credentials_refused(self, within: float) -> dict[str, Any]:
         assert self.credentials is not None
         return self.credentials.retired_credentials_refused(within)
+
+    # -- model serving (environments/local/rollout_faults.py) -----------------------------------
+    def rollout(self, version: str, policy: Policy, step_seconds: float,
+                expect: str | None = None) -> dict[str, Any]:
+        assert self.rollouts is not None
+        return self.rollouts.rollout(version, policy, step_seconds, expect)
 
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:

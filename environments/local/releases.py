@@ -48,10 +48,13 @@ class Releases:
             if switched != text:  # a defect in the generated config: HAProxy reads it at start
                 cfg.write_text(switched)
                 changed.append("haproxy")
+        # a defect of no process (the rollout controller's) changes the record alone: noted too
+        switched = self.state.info.get("defects", []) != sorted(wanted)
         self.state.info["defects"] = sorted(wanted)
         self.state.save()
-        if changed:
+        if changed or switched:
             self.state.note("defects", {"defects": sorted(wanted), "restarted": changed})
+        if changed:
             self.processes.restart(changed)
         return changed
 

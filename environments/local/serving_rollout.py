@@ -8,6 +8,12 @@ replica) or roll back (share 0, the stable version redeployed on the canary).
 Every step, share and decision goes on the environment's timeline as a ``note``
 (``rollout_*``), so a run's evidence shows the canary's traffic split over time.
 docs/serving.md, "Rollouts".
+
+Two seeded defects (controlplane/defects.py; test only) live here, read from the defects the
+environment was switched to (``env.json`` ``defects``, as the schema step reads its own): the
+controller is no process of its own to restart with them. ``rollback-off`` turns the policy's
+rollback off (the decision path), ``canary-weight-ignored`` gives the canary the weight of a
+full share whatever the step (the traffic path).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from controlplane import defects
 from controlplane.serving.artifact import golden_correct, infer_request
 from controlplane.serving.catalog import GOLDEN, GOOD, MODEL_NAME, VERSIONS
 from controlplane.serving.rollout import Action, Analysis, Decision, Policy, decide, weights
@@ -50,6 +57,12 @@ class RolloutController:
     def deploy(self, replica: str, version: str, timeout: float = 60.0) -> None:
         """Restart ``replica`` on ``version`` (its argv names the version and its digest) and
         wait until its model is loaded."""
+        self.record(replica, version)
+        self.processes.restart([replica], timeout=timeout)
+
+    def record(self, replica: str, version: str) -> None:
+        """Point ``replica``'s record (env.json: argv and labels) at ``version``; the running
+        process is not touched (its next start serves it)."""
         if version not in VERSIONS:
             raise ValueError(f"unknown model version {version!r} (known: {', '.join(VERSIONS)})")
         spec = self.state.components[replica]
@@ -58,10 +71,15 @@ class RolloutController:
         self.state.components[replica] = dataclasses.replace(spec, argv=fresh.argv,
                                                              labels=fresh.labels)
         self.state.save()
-        self.processes.restart([replica], timeout=timeout)
+
+    def defect(self, name: str) -> bool:
+        """Is the seeded defect ``name`` on in this environment (``gameday selftest``)?"""
+        return name in defects.parse(",".join(self.state.info.get("defects", [])))
 
     def set_share(self, share: int) -> None:
         stable, canary = weights(share)
+        if share and self.defect("canary-weight-ignored"):
+            canary = weights(100)[1]  # the step's share ignored: the weight of a full share
         haproxy_admin.set_weight(self.socket, serving.BACKEND, STABLE, stable)
         haproxy_admin.set_weight(self.socket, serving.BACKEND, CANARY, canary)
         self.state.note("rollout_share", {"canary": CANARY, "share": share,
@@ -89,12 +107,19 @@ class RolloutController:
                         golden_wrong=sum(1 for _, _, ok in probes if ok is False))
 
     def run(self, version: str, policy: Policy, step_seconds: float = 5.0,
-            max_holds: int = 3) -> RolloutResult:
+            max_holds: int = 3, expect: str | None = None) -> RolloutResult:
+        """Roll ``version`` out under ``policy``; ``expect`` (``rollback`` or ``done``) is what
+        the caller declared should happen, noted for the objectives that judge the rollout
+        (slo/rollout_invariants.py), never used to decide."""
+        if self.defect("rollback-off"):
+            policy = dataclasses.replace(policy, rollback=False)
         stable_version = self.deployed(STABLE)
         result = RolloutResult(version, Action.HOLD)
         self.state.note("rollout_start", {"version": version, "from": stable_version,
                                           "steps": list(policy.steps),
-                                          "rollback": policy.rollback})
+                                          "step_seconds": step_seconds,
+                                          "rollback": policy.rollback,
+                                          **({"expect": expect} if expect else {})})
         self.set_share(0)
         self.deploy(CANARY, version)
         step, holds = 0, 0

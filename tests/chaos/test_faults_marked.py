@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import actions, gray, overload, restore
+from chaos import actions, gray, overload, restore, serving
 from environments.base import FaultDriver
 from gameday.suites import FAULT_FUNCS, load_experiment
 
@@ -42,7 +42,7 @@ def unmarked_faults(source: str, faults: tuple[str, ...]) -> list[str]:
     return sorted(set(driver_faults_used(source)) - set(faults))
 
 
-@pytest.mark.parametrize("module", [actions, gray, overload, restore], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [actions, gray, overload, restore, serving], ids=lambda m: m.__name__)
 def test_every_marked_fault_is_exported(module: object) -> None:
     assert module.FAULTS, "no fault marked"  # type: ignore[attr-defined]
     assert not_exported(module.__all__, module.FAULTS) == []  # type: ignore[attr-defined]
@@ -70,7 +70,7 @@ def test_the_fault_checks_can_fail(tmp_path: Path) -> None:
 
 def test_dry_run_faults_come_from_the_marks() -> None:
     assert FAULT_FUNCS == (set(actions.FAULTS) | set(restore.FAULTS) | set(gray.FAULTS)
-                           | set(overload.FAULTS))
+                           | set(overload.FAULTS) | set(serving.FAULTS))
     assert load_experiment("network-gray").faults()[0].startswith("add_toxics(target=agents, ")
     # the load step is listed beside its trigger, its stop is not
     assert [f.split("(")[0] for f in load_experiment("overload-metastability").faults()] == [

@@ -3,7 +3,11 @@
 back with its model loaded within the RTO), and each seeded defect that lets a loading replica
 take predictions, in the generated HAProxy check (serving-check-liveness) and in the model
 server's readiness (ready-before-loaded), is caught by serving-availability with exit 2.
-tier2: an environment of its own plus three game days (`make test` has no minutes to spare)."""
+bad-model-rollout on the same environment: the healthy platform rolls each bad version back
+within the RTO with at most its first step's share answered by it, and each seeded defect of
+the rollout controller is caught by its named objective with exit 2 (rollback-off by
+rolled-back-within-rto, canary-weight-ignored by bad-version-share).
+tier2: an environment of its own plus six game days (`make test` has no minutes to spare)."""
 
 from __future__ import annotations
 
@@ -73,4 +77,52 @@ def test_a_loading_replica_taking_predictions_is_caught(clone: FreshClone, defec
     assert row["defect"] == defect and row["exit_code"] == 2, row
     assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
     assert f"{NAME}.invariant.serving-availability" in row["failed_checks"]
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+ROLLOUT = "bad-model-rollout"
+BAD_VERSIONS = ["v2-errors", "v2-garbage", "v2-slow"]
+
+
+@pytest.mark.timeout(600)
+def test_the_healthy_platform_rolls_each_bad_version_back(clone: FreshClone) -> None:
+    runs = clone.root / "rollout-runs"
+    r = clone.gameday("run", "--experiment", ROLLOUT, "--runs-dir", str(runs), timeout=500)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    run_dir = only_run(runs)
+    checks = _checks(run_dir)
+    rolled = checks[f"{ROLLOUT}.invariant.rolled-back-within-rto"]
+    share = checks[f"{ROLLOUT}.invariant.bad-version-share"]
+    assert rolled["status"] == "pass" and share["status"] == "pass", (rolled, share)
+    assert all(f"{v} rollback after serving " in rolled["message"] for v in BAD_VERSIONS), rolled
+    # the bound is the policy's own cost: 10 % for 4 s per bad version, twice
+    assert ": 2x 1.2 s of all traffic over " in share["message"], share
+    # each bad version: a fault from its rollout's start until it was rolled back, and the
+    # controller's decision noted with the failing signal
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines() if x]
+    spans = [f["event"] for f in faults if f["fault"] == "rollout"]
+    assert spans == ["fault_start", "fault_end"] * 3, spans
+    ends = [f["details"] for f in faults if f["fault"] == "rollout_end"]
+    assert [(e["version"], e["outcome"]) for e in ends] == [(v, "rollback") for v in BAD_VERSIONS]
+    assert all(e["reasons"] for e in ends)
+    # the clients saw each bad version answer (the Inferrer's ledger), then only v1 again
+    lines = [json.loads(x) for x in (run_dir / "inference.jsonl").read_text().splitlines() if x]
+    assert {"v2-garbage", "v2-slow"} <= {x.get("version") for x in lines}
+    assert {x["version"] for x in lines[-50:] if x.get("version")} == {"v1"}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("defect, objective", [
+    ("rollback-off", "rolled-back-within-rto"),
+    ("canary-weight-ignored", "bad-version-share"),
+])
+def test_a_bad_rollout_kept_or_overexposed_is_caught(clone: FreshClone, defect: str,
+                                                      objective: str) -> None:
+    runs = clone.root / f"rollout-selftest-{defect}"
+    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    [row] = json.loads((selftest / "selftest.json").read_text())
+    assert row["defect"] == defect and row["exit_code"] == 2, row
+    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
+    assert f"{ROLLOUT}.invariant.{objective}" in row["failed_checks"]
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
