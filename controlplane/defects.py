@@ -85,6 +85,12 @@ KNOWN: dict[str, str] = {
                               "still loading gets predictions",
     "ready-before-loaded": "a model server reports its model ready before the model is "
                            "loaded: the load balancer sends it predictions it cannot answer",
+    "serve-partial-model": "a model server whose load failed (the store cut off, a short or "
+                           "wrong read) goes ready with the model as far as it got, digest "
+                           "unchecked: it answers predictions with weights it never read",
+    "scale-up-skips-readiness": "a scale-up enables the new replica in HAProxy forced up, "
+                                "without its readiness check: it gets predictions while its "
+                                "model is still loading or cannot be read",
 }
 
 
@@ -131,6 +137,10 @@ WHERE: dict[str, frozenset[str]] = {
     # the generated haproxy.cfg (environments/local/serving.py check_path; HAProxy restarted)
     "serving-check-liveness": frozenset({"haproxy"}),
     "ready-before-loaded": frozenset({"model-server"}),  # serving/server.py StoreModel
+    "serve-partial-model": frozenset({"model-server"}),  # serving/server.py StoreModel.load
+    # the harness's scale-up (environments/local/serving_scale.py), read from env.json's
+    # defects when it enables a replica: no process restarted
+    "scale-up-skips-readiness": frozenset({"serving-scale"}),
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import yaml
 
-from chaos import actions, gray, overload, restore
+from chaos import actions, gray, overload, restore, serving
 from chaos.validate import validate_experiments
 from slo.specs import ENVIRONMENTS
 
@@ -43,12 +43,12 @@ SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "cred
                   "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
                   "overload-metastability", "checkpoint-power-loss", "tracking-outage",
-                  "serving-replica-loss",
+                  "serving-replica-loss", "model-store-unavailable",
                   "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.
 FAULT_FUNCS = (frozenset(actions.FAULTS) | frozenset(restore.FAULTS) | frozenset(gray.FAULTS)
-               | frozenset(overload.FAULTS))
+               | frozenset(overload.FAULTS) | frozenset(serving.FAULTS))
 
 
 class SuiteError(Exception):

@@ -14,6 +14,7 @@ from slo import checkpoint_invariants as ck
 from slo import outcome_invariants as oc
 from slo import overload_invariants as ov
 from slo import pipelines as pl
+from slo import scale_up_invariants as su
 from slo import serving_invariants as sv
 from slo import storage_invariants as st
 from slo import tracking_invariants as tr
@@ -363,6 +364,11 @@ INVARIANTS: dict[str, Judge] = {
     "bounded-retry-amplification": lambda ev, lo, hi, _: retry_amplification(ev.faults, lo, hi),
     "serving-availability": lambda ev, lo, hi, _: sv.serving_availability(ev.inference, lo, hi),
     "serving-latency-p99": lambda ev, lo, hi, _: sv.serving_latency_p99(ev.inference, lo, hi),
+    # model-store-unavailable (slo/scale_up_invariants.py)
+    "store-outage-availability": lambda ev, lo, hi, _: su.store_outage_availability(
+        ev.inference, ev.faults, lo, hi),
+    "no-half-loaded-model": lambda ev, lo, hi, _: su.no_half_loaded_model(ev.inference, lo, hi),
+    "unready-with-reason": lambda ev, lo, hi, _: su.unready_with_reason(ev.faults, lo, hi),
 }
 
 
@@ -470,6 +476,8 @@ RTO_INVARIANTS: dict[str, RtoJudge] = {
     **{_name: _overload_judge(_name)
        for _name in ("goodput-recovered", "bounded-request-amplification")},
     "restarted-within-rto": lambda ev, lo, hi, rto: sv.restarted_within_rto(ev.faults, lo, hi, rto),
+    "scaled-up-ready-within-rto": lambda ev, lo, hi, rto: su.scaled_up_ready_within_rto(
+        ev.faults, lo, hi, rto),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = (*INVARIANTS, *RTO_INVARIANTS)
 

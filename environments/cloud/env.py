@@ -137,6 +137,12 @@ NOT_APPLICABLE = {
                             "route while it reloads its model; the cloud stack's serving "
                             "(Argo Rollouts + KEDA) is declared in the Pulumi program but no "
                             "cloud driver deletes a serving pod yet: local only",
+    "model-store-unavailable": "cuts the local fault proxy's S3 route while a third local "
+                               "KServe model-server process is started and enabled in "
+                               "HAProxy's serving backend; the cloud stack's serving (Argo "
+                               "Rollouts + KEDA) is declared in the Pulumi program but no cloud "
+                               "driver scales a serving deployment or cuts its model store "
+                               "yet: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

@@ -36,6 +36,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "data-source-unavailable",
     "tracking-outage",
     "serving-replica-loss",
+    "model-store-unavailable",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")
