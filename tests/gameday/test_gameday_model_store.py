@@ -66,7 +66,7 @@ def test_the_healthy_platform_keeps_serving_while_the_store_is_out(clone: FreshC
     assert all(s["reason"].startswith("artifact store unreachable") for s in seen[:2]), seen
     assert all(s["haproxy"]["op_state"] == "0" for s in seen[:2]), seen
     # scaled back: env status shows the two replicas of `up`
-    status = json.loads(clone.gameday("env", "status", "--json").stdout)
+    status = json.loads(clone.gameday("env", "status", "--json", timeout=120).stdout)
     assert sorted(n for n, c in status["components"].items() if c["kind"] == "model-server") == [
         "model-1", "model-2"]
 
