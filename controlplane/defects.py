@@ -90,6 +90,12 @@ KNOWN: dict[str, str] = {
     "canary-weight-ignored": "the rollout controller gives the canary the weight of a full "
                              "share whatever its step: a bad version answers about half the "
                              "predictions before its first analysis ends",
+    "serve-partial-model": "a model server whose load failed (the store cut off, a short or "
+                           "wrong read) goes ready with the model as far as it got, digest "
+                           "unchecked: it answers predictions with weights it never read",
+    "scale-up-skips-readiness": "a scale-up enables the new replica in HAProxy forced up, "
+                                "without its readiness check: it gets predictions while its "
+                                "model is still loading or cannot be read",
 }
 
 
@@ -141,6 +147,10 @@ WHERE: dict[str, frozenset[str]] = {
     # the decision's policy (run), canary-weight-ignored in the weights it sets (set_share)
     "rollback-off": frozenset({"rollout-controller"}),
     "canary-weight-ignored": frozenset({"rollout-controller"}),
+    "serve-partial-model": frozenset({"model-server"}),  # serving/server.py StoreModel.load
+    # the harness's scale-up (environments/local/serving_scale.py), read from env.json's
+    # defects when it enables a replica: no process restarted
+    "scale-up-skips-readiness": frozenset({"serving-scale"}),
 }
 
 

@@ -150,6 +150,15 @@ MATRIX += (
     Case("bad-model-rollout", "canary-weight-ignored", "bad-model-rollout",
          "bad-model-rollout.invariant.bad-version-share"),
 )
+# model-store-unavailable: a replica that could not read its model must not answer, broken in
+# the model server (a failed load goes ready with what it had) and in the harness's scale-up
+# (the new replica enabled in HAProxy without its readiness check)
+MATRIX += (
+    Case("model-store-unavailable", "serve-partial-model", "model-store-unavailable",
+         "model-store-unavailable.invariant.no-half-loaded-model"),
+    Case("model-store-unavailable", "scale-up-skips-readiness", "model-store-unavailable",
+         "model-store-unavailable.invariant.store-outage-availability"),
+)
 
 
 @dataclass

@@ -43,7 +43,7 @@ SUITES["full"] = (*SUITES["core"], "db-restore-from-backup", "clock-skew", "cred
                   "network-gray",
                   "artifact-store-brownout", "db-slow-disk", "db-disk-full",
                   "overload-metastability", "checkpoint-power-loss", "tracking-outage",
-                  "serving-replica-loss", "bad-model-rollout",
+                  "serving-replica-loss", "bad-model-rollout", "model-store-unavailable",
                   "upgrade")
 
 # Marked where they are defined (FAULTS of each provider module), never copied here.

@@ -15,6 +15,7 @@ from slo import outcome_invariants as oc
 from slo import overload_invariants as ov
 from slo import pipelines as pl
 from slo import rollout_invariants as ro
+from slo import scale_up_invariants as su
 from slo import serving_invariants as sv
 from slo import storage_invariants as st
 from slo import tracking_invariants as tr
@@ -366,6 +367,11 @@ INVARIANTS: dict[str, Judge] = {
     "serving-latency-p99": lambda ev, lo, hi, _: sv.serving_latency_p99(ev.inference, lo, hi),
     "bad-version-share": lambda ev, lo, hi, _: ro.bad_version_share(ev.inference, ev.faults,
                                                                     lo, hi),
+    # model-store-unavailable (slo/scale_up_invariants.py)
+    "store-outage-availability": lambda ev, lo, hi, _: su.store_outage_availability(
+        ev.inference, ev.faults, lo, hi),
+    "no-half-loaded-model": lambda ev, lo, hi, _: su.no_half_loaded_model(ev.inference, lo, hi),
+    "unready-with-reason": lambda ev, lo, hi, _: su.unready_with_reason(ev.faults, lo, hi),
 }
 
 
@@ -475,6 +481,8 @@ RTO_INVARIANTS: dict[str, RtoJudge] = {
     "restarted-within-rto": lambda ev, lo, hi, rto: sv.restarted_within_rto(ev.faults, lo, hi, rto),
     "rolled-back-within-rto": lambda ev, lo, hi, rto: ro.rolled_back_within_rto(ev.faults, lo, hi,
                                                                                 rto),
+    "scaled-up-ready-within-rto": lambda ev, lo, hi, rto: su.scaled_up_ready_within_rto(
+        ev.faults, lo, hi, rto),
 }
 KNOWN_INVARIANTS: tuple[str, ...] = (*INVARIANTS, *RTO_INVARIANTS)
 

@@ -40,6 +40,7 @@ from controlplane.serving.artifact import (
     decode_model,
     model_key,
 )
+from controlplane.serving.catalog import GOLDEN_INPUTS
 
 log = logging.getLogger("controlplane.serving")
 
@@ -98,9 +99,13 @@ class StoreModel(kserve.Model):
                                    f"{exc.response.get('Error', {}).get('Code', exc)}")
             return False
         except (OSError, BotoCoreError) as exc:  # a cut-off store, a body torn mid-read
+            if defects.enabled("serve-partial-model"):
+                return self.serve_partial(f"artifact store unreachable: {exc}")
             self.status("unready", f"artifact store unreachable: {exc}")
             return False
         except ArtifactError as exc:
+            if defects.enabled("serve-partial-model"):
+                return self.serve_partial(str(exc))
             self.status("unready", str(exc))
             return False
         if model.name != self.name or model.version != self.version:
@@ -110,6 +115,15 @@ class StoreModel(kserve.Model):
         self.model = model
         self.ready = True
         self.status("ready", f"loaded {len(data)} bytes, sha256 {self.digest[:12]}")
+        return True
+
+    def serve_partial(self, why: str) -> bool:
+        """Seeded defect ``serve-partial-model`` (test only): a load that failed goes ready
+        anyway, with the model as far as it got (its weights still zero), digest unchecked."""
+        self.model = LinearModel(self.name, self.version,
+                                 weights=(0.0,) * len(GOLDEN_INPUTS[0]), bias=0.0)
+        self.ready = True
+        self.status("ready", f"serving what was loaded: {why}")
         return True
 
     def load_until_ready(self, stop: threading.Event) -> None:

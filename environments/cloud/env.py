@@ -142,6 +142,12 @@ NOT_APPLICABLE = {
                          "redeployed as a local process); the cloud stack's rollouts (Argo "
                          "Rollouts' canary analysis) are declared in the Pulumi program but no "
                          "cloud driver starts one yet: local only",
+    "model-store-unavailable": "cuts the local fault proxy's S3 route while a third local "
+                               "KServe model-server process is started and enabled in "
+                               "HAProxy's serving backend; the cloud stack's serving (Argo "
+                               "Rollouts + KEDA) is declared in the Pulumi program but no cloud "
+                               "driver scales a serving deployment or cuts its model store "
+                               "yet: local only",
     "upgrade": "rolls the reference control plane's processes between two releases built into "
                "one image (CONTROLPLANE_RELEASE); a cloud stack deploys one image tag, so the "
                "rehearsal is local only (docs/upgrades.md)",

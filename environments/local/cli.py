@@ -229,6 +229,35 @@ def rollout_cmd(name: str, home: Path | None, version: str, steps: str, step_sec
         sys.exit(1)
 
 
+@env_group.command("scale-serving")
+@name_option
+@home_option
+@click.argument("replicas", type=int)
+@click.option("--wait", "wait_seconds", default=0.0, show_default=True,
+              help="Seconds to wait for each started replica's model to be ready (0: return "
+                   "at once; a store it cannot reach keeps it unready, `env status` says why).")
+def scale_serving_cmd(name: str, home: Path | None, replicas: int, wait_seconds: float) -> None:
+    """Scale the model-serving replicas to REPLICAS (2 or 3, docs/serving.md): a new one is
+    started and gets predictions only once its model is loaded; exit 1 when one started is
+    not ready after --wait."""
+    from environments.local.serving_scale import ScaleRefused
+
+    with domain_errors():
+        faults = _load(name, home).faults
+        try:
+            out = faults.scale_serving(replicas)
+        except ScaleRefused as exc:
+            raise click.BadParameter(str(exc), param_hint="REPLICAS") from exc
+        console.print(f"serving replicas {', '.join(out['before'])} -> {', '.join(out['after'])}")
+        if not wait_seconds:
+            return
+        seen = [faults.watch_serving_replica(r, ["ready"], wait_seconds) for r in out["started"]]
+    for s in seen:
+        console.print(f"  {s['replica']}: {s['state']} ({s['reason']})")
+    if not all(s["reached"] for s in seen):
+        sys.exit(1)
+
+
 @env_group.command("backup")
 @name_option
 @home_option

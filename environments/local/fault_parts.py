@@ -24,6 +24,7 @@ from environments.local.releases import Releases
 from environments.local.rollout_faults import Rollouts
 from environments.local.route_faults import ProxyRoutes
 from environments.local.route_toxics import RouteToxics
+from environments.local.serving_scale import ServingScale
 from environments.local.state import EnvState
 from environments.local.store_brownout import StoreBrownout
 from environments.local.zone_faults import ZoneFaults
@@ -53,4 +54,6 @@ def fault_driver(state: EnvState, processes: Processes, db: LocalDatabase) -> Fa
                                            lambda target: process_faults.resolve(target)[0]),
         "power": PowerLoss.for_components(state.components, ledger, process_faults.power_off,
                                           lambda agent: process_faults.start(agent)),
+        # not a fault: the serving replicas scaled at run time, back to `up`'s on restore
+        "serving": ServingScale(state, processes),
     })

@@ -25,7 +25,8 @@ fault                                 inverse                                com
 ====================================  =====================================  ======================
 
 Fault layers with state of their own are components too (``network``: toxics on proxy
-routes, ``store``: the S3 brownout, ``cpu``, ``memory``, ``disks``, ``power``; built in
+routes, ``store``: the S3 brownout, ``cpu``, ``memory``, ``disks``, ``power``, and
+``serving``, the model-serving replicas scaled at run time; built in
 environments/local/fault_parts.py); a capability the environment lacks is None. Undoing everything
 asks the layers first, then the component owning each active fault's kind, in the order the
 faults began.
@@ -52,11 +53,12 @@ if TYPE_CHECKING:
     from environments.local.rollout_faults import Rollouts
     from environments.local.route_faults import ProxyRoutes
     from environments.local.route_toxics import RouteToxics
+    from environments.local.serving_scale import ServingScale
     from environments.local.store_brownout import StoreBrownout
     from environments.local.zone_faults import ZoneFaults
 
 # the fault layers, asked to undo what they did before the faults of the other components
-LAYERS = ("network", "store", "cpu", "memory", "disks", "power")
+LAYERS = ("network", "store", "cpu", "memory", "disks", "power", "serving")
 
 
 class FaultOwner(Protocol):
@@ -99,6 +101,7 @@ class FaultInjector:
         self.memory: MemoryPressure | None = parts.get("memory")
         self.disks: DiskFaults | None = parts.get("disks")
         self.power: PowerLoss | None = parts.get("power")
+        self.serving: ServingScale | None = parts.get("serving")
         self.parts = tuple(parts[n] for n in LAYERS if parts.get(n) is not None)
         # kind -> the component owning it (FaultOwner)
         self.owners: dict[str, FaultOwner] = {
@@ -227,6 +230,16 @@ class FaultInjector:
                 expect: str | None = None) -> dict[str, Any]:
         assert self.rollouts is not None
         return self.rollouts.rollout(version, policy, step_seconds, expect)
+
+    # -- model serving's replicas (environments/local/serving_scale.py) ----------------------
+    def scale_serving(self, replicas: int) -> dict[str, Any]:
+        assert self.serving is not None
+        return self.serving.scale(replicas)
+
+    def watch_serving_replica(self, replica: str, states: list[str],
+                              timeout: float = 30.0) -> dict[str, Any]:
+        assert self.serving is not None
+        return self.serving.watch(replica, states, timeout)
 
     # -- all --------------------------------------------------------------------------------
     def close_all(self, reason: str) -> list[str]:

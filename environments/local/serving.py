@@ -25,7 +25,10 @@ from environments.local.spec import ComponentSpec, Group, HealthCheck
 from environments.local.topology import BUCKET
 
 KIND = "model-server"
-REPLICAS = 2
+REPLICAS = 2  # started at `up`
+# declared with serving (a port, a server line in HAProxy's backend, in maintenance) but
+# started only by a scale-up (environments/local/serving_scale.py)
+MAX_REPLICAS = 3
 REQUIREMENT = "serving"  # x-gameday ``requires`` of the serving classes
 HINT = "start it with `gameday env up --serving` (KServe's venv: scripts/setup-kserve.sh)"
 BACKEND = "serving"
@@ -45,14 +48,18 @@ def preflight() -> list[str]:
     return []
 
 
-def replica_names() -> list[str]:
-    return [f"model-{i}" for i in range(1, REPLICAS + 1)]
+def replica_names(count: int = REPLICAS) -> list[str]:
+    return [f"model-{i}" for i in range(1, count + 1)]
+
+
+def port_name(replica: str) -> str:
+    return replica.replace("-", "")  # model-3 -> model3
 
 
 def port_names(enabled: bool) -> list[str]:
     if not enabled:
         return []
-    return ["haproxy_serving"] + [f"model{i}" for i in range(1, REPLICAS + 1)]
+    return ["haproxy_serving"] + [f"model{i}" for i in range(1, MAX_REPLICAS + 1)]
 
 
 def digest_of(version: str) -> str:
@@ -119,8 +126,13 @@ def haproxy_section(ports: Mapping[str, int], defects: frozenset[str] = frozense
     """The ``serving`` frontend and backend of haproxy.cfg, or nothing without serving."""
     if "haproxy_serving" not in ports:
         return ""
-    servers = "\n".join(f"  server model-{i} 127.0.0.1:{ports[f'model{i}']} check weight 100"
-                        for i in range(1, REPLICAS + 1))
+    # the replicas only a scale-up starts are declared in maintenance ("disabled"): no check,
+    # no request until environments/local/serving_scale.py enables them (an environment made
+    # before they existed has no port for them: no line)
+    servers = "\n".join(
+        f"  server model-{i} 127.0.0.1:{ports[f'model{i}']} check weight 100"
+        + (" disabled" if i > REPLICAS else "")
+        for i in range(1, MAX_REPLICAS + 1) if f"model{i}" in ports)
     return f"""
 frontend serving
   mode http

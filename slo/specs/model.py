@@ -37,6 +37,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     "tracking-outage",
     "serving-replica-loss",
     "bad-model-rollout",
+    "model-store-unavailable",
 )
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "dev", "staging", "prod")

@@ -73,7 +73,8 @@ def _put(endpoint: str):
 
 
 class Replica:
-    def __init__(self, tmp: Path, store: str, version: str, digest: str) -> None:
+    def __init__(self, tmp: Path, store: str, version: str, digest: str,
+                 defects: str = "") -> None:
         self.port = reserve_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.status_file = tmp / "status.json"
@@ -81,7 +82,8 @@ class Replica:
         argv = list(spec.argv)
         argv[argv.index("--sha256") + 1] = digest
         argv[argv.index("--status-file") + 1] = str(self.status_file)
-        self.proc = _start(argv, tmp / "replica.log", spec.env)
+        env = {**spec.env, "CONTROLPLANE_DEFECTS": defects} if defects else spec.env
+        self.proc = _start(argv, tmp / "replica.log", env)
 
     def ready_code(self) -> int | None:
         try:
@@ -152,6 +154,33 @@ def test_a_digest_other_than_the_deployed_one_is_never_served(moto: str, tmp_pat
     time.sleep(1.5)  # several more load attempts: still refused
     assert replica.ready_code() == 503
     assert replica.infer([GOLDEN_INPUTS[1]]).status_code == 503
+
+
+# tier2: two replicas started (6 s quiet, 20 s on the loaded 2-core machine); make test is at
+# its budget, and the healthy half is the readiness test's "NoSuchKey" above
+@pytest.mark.tier2
+def test_a_store_out_of_reach_keeps_it_unready_saying_why_unless_the_seeded_defect(
+        tmp_path: Path, replicas: list[Replica]) -> None:
+    """model-store-unavailable: a replica that cannot read its model never answers; with the
+    seeded defect serve-partial-model it goes ready anyway and answers with weights it never
+    read (the shape no-half-loaded-model catches)."""
+    nowhere = f"http://127.0.0.1:{reserve_port()}"  # nothing listens: connection refused
+    for d in ("healthy", "broken"):
+        (tmp_path / d).mkdir()
+    healthy = Replica(tmp_path / "healthy", nowhere, "v1", serving.digest_of("v1"))
+    broken = Replica(tmp_path / "broken", nowhere, "v1", serving.digest_of("v1"),
+                     defects="serve-partial-model")
+    replicas += [healthy, broken]
+    healthy.wait_for(lambda: (healthy.status() or {}).get("state") == "unready")
+    assert healthy.status()["reason"].startswith("artifact store unreachable: ")  # type: ignore[index]
+    assert healthy.ready_code() == 503
+    assert healthy.infer([GOLDEN_INPUTS[1]]).status_code == 503
+    broken.wait_for(lambda: broken.ready_code() == 200)
+    assert broken.status()["reason"].startswith("serving what was loaded: artifact store "  # type: ignore[index]
+                                                "unreachable")
+    answer = broken.infer([list(r) for r in GOLDEN.inputs])
+    assert answer.status_code == 200 and answer.headers["x-model-version"] == "v1"
+    assert answer.json()["outputs"][0]["data"] != pytest.approx(list(GOLDEN.expected))
 
 
 def test_a_bad_artifact_misbehaves_as_its_behaviour_says(moto: str, tmp_path: Path,
