@@ -94,6 +94,16 @@ def no_half_loaded_model(records: Iterable[InferenceRecord], start: float,
     return InvariantResult(name, total, (violation,), measured=measured)
 
 
+def _scale_up_under_outage(faults: list[FaultRecord], start: float, end: float
+                           ) -> tuple[list[str], list[tuple[float, float]], str | None]:
+    """(replicas a scale-up started, the store's outages, why there is nothing to judge) in
+    [start, end]: both invariants of the scaled-up replica need a scale-up and an outage."""
+    started, spans = scaled_up(faults, start, end), outages(faults, start, end)
+    why_not = ("no scale-up in the window" if not started else
+               None if spans else "the model store was not cut off in the window")
+    return started, spans, why_not
+
+
 def unready_with_reason(faults: Iterable[FaultRecord], start: float,
                         end: float) -> InvariantResult:
     """While the store is cut off, every replica a scale-up started stays out: each time it
@@ -101,12 +111,9 @@ def unready_with_reason(faults: Iterable[FaultRecord], start: float,
     not have it up."""
     name = "unready-with-reason"
     faults = list(faults)
-    started = scaled_up(faults, start, end)
-    spans = outages(faults, start, end)
-    if not started or not spans:
-        return InvariantResult(name, 0, no_data=(
-            "no scale-up in the window" if not started else
-            "the model store was not cut off in the window"))
+    started, spans, why_not = _scale_up_under_outage(faults, start, end)
+    if why_not:
+        return InvariantResult(name, 0, no_data=why_not)
     seen = [n for n in _notes(faults, STATE_NOTE, start, end)
             if n.details.get("replica") in started
             and any(a <= ts(n.time) <= b for a, b in spans)]
@@ -136,12 +143,9 @@ def scaled_up_ready_within_rto(faults: Iterable[FaultRecord], start: float, end:
     coming back (its own word: the time its status file says it went ready)."""
     name = "scaled-up-ready-within-rto"
     faults = list(faults)
-    started = scaled_up(faults, start, end)
-    spans = outages(faults, start, end)
-    if not started or not spans:
-        return InvariantResult(name, 0, no_data=(
-            "no scale-up in the window" if not started else
-            "the model store was not cut off in the window"))
+    started, spans, why_not = _scale_up_under_outage(faults, start, end)
+    if why_not:
+        return InvariantResult(name, 0, no_data=why_not)
     back = max(b for _, b in spans)
     if not any(f.event == "fault_end" and f.fault == STORE_FAULT and ts(f.time) == back
                for f in faults):

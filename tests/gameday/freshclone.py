@@ -70,6 +70,28 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory, *up_args: str) -> Iterat
         yield c
 
 
+KSERVE_VENV = REPO / ".venv-kserve"
+
+
+def serving_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
+    """Body of a serving module's ``clone`` fixture: a fresh clone with model serving up
+    (`gameday env up --serving`), this checkout's KServe venv linked in as
+    scripts/setup-kserve.sh would leave it (not installed again); skipped without one."""
+    if not (KSERVE_VENV / "bin" / "python").exists():
+        pytest.skip(f"no KServe venv at {KSERVE_VENV} (scripts/setup-kserve.sh)")
+    for c in fresh_clone(tmp_path_factory):
+        (c.path / ".venv-kserve").symlink_to(KSERVE_VENV)
+        up = c.gameday("env", "up", "--serving", "--json", timeout=400)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield c
+
+
+def verdict_checks(run_dir: Path) -> dict[str, dict]:
+    """verdict.json's checks by id."""
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    return {c["id"]: c for c in verdict["checks"]}
+
+
 def epoch(text: str) -> float:
     t = datetime.fromisoformat(text)  # Chaos Toolkit writes naive UTC
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()

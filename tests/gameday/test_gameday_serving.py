@@ -13,35 +13,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from environments.local import serving
-from tests.gameday.freshclone import REPO, FreshClone, fresh_clone, journal
+from tests.gameday.freshclone import FreshClone, journal, serving_env, verdict_checks
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
 
 NAME = "serving-replica-loss"
-KSERVE_VENV = REPO / ".venv-kserve"
 
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshClone]:
-    if not (KSERVE_VENV / "bin" / "python").exists():
-        pytest.skip(f"no KServe venv at {KSERVE_VENV} (scripts/setup-kserve.sh)")
-    for c in fresh_clone(tmp_path_factory):
-        # what scripts/setup-kserve.sh leaves in a checkout, without installing it again
-        (c.path / ".venv-kserve").symlink_to(KSERVE_VENV)
-        up = c.gameday("env", "up", "--serving", "--json", timeout=400)
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        yield c
-
-
-def _checks(run_dir: Path) -> dict[str, dict]:
-    verdict = json.loads((run_dir / "verdict.json").read_text())
-    return {c["id"]: c for c in verdict["checks"]}
+    yield from serving_env(tmp_path_factory)
 
 
 @pytest.mark.timeout(600)
@@ -50,7 +36,7 @@ def test_the_healthy_platform_keeps_serving_through_a_replica_loss(clone: FreshC
     r = clone.gameday("run", "--experiment", NAME, "--runs-dir", str(runs), timeout=500)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     run_dir = only_run(runs)
-    checks = _checks(run_dir)
+    checks = verdict_checks(run_dir)
     for cid in ("serving-availability", "serving-latency-p99", "restarted-within-rto"):
         assert checks[f"{NAME}.invariant.{cid}"]["status"] == "pass", checks[f"{NAME}.invariant.{cid}"]
     # n and the bound are said, beside the pass
@@ -90,7 +76,7 @@ def test_the_healthy_platform_rolls_each_bad_version_back(clone: FreshClone) -> 
     r = clone.gameday("run", "--experiment", ROLLOUT, "--runs-dir", str(runs), timeout=500)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     run_dir = only_run(runs)
-    checks = _checks(run_dir)
+    checks = verdict_checks(run_dir)
     rolled = checks[f"{ROLLOUT}.invariant.rolled-back-within-rto"]
     share = checks[f"{ROLLOUT}.invariant.bad-version-share"]
     assert rolled["status"] == "pass" and share["status"] == "pass", (rolled, share)
