@@ -92,6 +92,20 @@ def verdict_checks(run_dir: Path) -> dict[str, dict]:
     return {c["id"]: c for c in verdict["checks"]}
 
 
+def assert_selftest_caught(clone: FreshClone, defect: str, check_id: str, runs_name: str) -> None:
+    """`gameday selftest --defect DEFECT` in the module's environment (its own runs directory
+    under the clone's root): the row is caught, exit 2, with ``check_id`` among the failed
+    checks, and the command itself exits 0."""
+    runs = clone.root / runs_name
+    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
+    [selftest] = sorted(runs.glob("selftest-*"))
+    [row] = json.loads((selftest / "selftest.json").read_text())
+    assert row["defect"] == defect and row["exit_code"] == 2, row
+    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
+    assert check_id in row["failed_checks"], row["failed_checks"]
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
 def epoch(text: str) -> float:
     t = datetime.fromisoformat(text)  # Chaos Toolkit writes naive UTC
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()

@@ -14,7 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gameday.freshclone import FreshClone, journal, serving_env, verdict_checks
+from tests.gameday.freshclone import (
+    FreshClone,
+    assert_selftest_caught,
+    journal,
+    serving_env,
+    verdict_checks,
+)
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
@@ -64,11 +70,4 @@ def test_the_healthy_platform_keeps_serving_while_the_store_is_out(clone: FreshC
 ])
 def test_a_replica_answering_without_its_model_is_caught(clone: FreshClone, defect: str,
                                                          objective: str) -> None:
-    runs = clone.root / f"model-store-selftest-{defect}"
-    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
-    [selftest] = sorted(runs.glob("selftest-*"))
-    [row] = json.loads((selftest / "selftest.json").read_text())
-    assert row["defect"] == defect and row["exit_code"] == 2, row
-    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
-    assert f"{NAME}.invariant.{objective}" in row["failed_checks"]
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert_selftest_caught(clone, defect, f"{NAME}.invariant.{objective}", f"model-store-selftest-{defect}")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gameday.freshclone import FreshClone, fresh_env, journal
+from tests.gameday.freshclone import FreshClone, assert_selftest_caught, fresh_env, journal
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
@@ -57,11 +57,4 @@ def test_the_healthy_platform_recovers_its_goodput_after_the_trigger(clone: Fres
 @pytest.mark.parametrize("defect", ["admission-unbounded", "admission-wait-unbounded"])
 def test_an_unbounded_queue_is_caught_by_goodput_recovered(clone: FreshClone,
                                                            defect: str) -> None:
-    runs = clone.root / f"overload-selftest-{defect}"
-    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
-    [selftest] = sorted(runs.glob("selftest-*"))
-    [row] = json.loads((selftest / "selftest.json").read_text())
-    assert row["defect"] == defect and row["exit_code"] == 2, row
-    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
-    assert f"{NAME}.invariant.goodput-recovered" in row["failed_checks"]
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert_selftest_caught(clone, defect, f"{NAME}.invariant.goodput-recovered", f"overload-selftest-{defect}")

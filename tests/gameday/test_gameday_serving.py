@@ -17,7 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from environments.local import serving
-from tests.gameday.freshclone import FreshClone, journal, serving_env, verdict_checks
+from tests.gameday.freshclone import (
+    FreshClone,
+    assert_selftest_caught,
+    journal,
+    serving_env,
+    verdict_checks,
+)
 from tests.gameday.localrun import only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.tier2]
@@ -56,14 +62,7 @@ def test_the_healthy_platform_keeps_serving_through_a_replica_loss(clone: FreshC
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("defect", ["serving-check-liveness", "ready-before-loaded"])
 def test_a_loading_replica_taking_predictions_is_caught(clone: FreshClone, defect: str) -> None:
-    runs = clone.root / f"serving-selftest-{defect}"
-    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
-    [selftest] = sorted(runs.glob("selftest-*"))
-    [row] = json.loads((selftest / "selftest.json").read_text())
-    assert row["defect"] == defect and row["exit_code"] == 2, row
-    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
-    assert f"{NAME}.invariant.serving-availability" in row["failed_checks"]
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert_selftest_caught(clone, defect, f"{NAME}.invariant.serving-availability", f"serving-selftest-{defect}")
 
 
 ROLLOUT = "bad-model-rollout"
@@ -104,11 +103,4 @@ def test_the_healthy_platform_rolls_each_bad_version_back(clone: FreshClone) -> 
 ])
 def test_a_bad_rollout_kept_or_overexposed_is_caught(clone: FreshClone, defect: str,
                                                       objective: str) -> None:
-    runs = clone.root / f"rollout-selftest-{defect}"
-    r = clone.gameday("selftest", "--defect", defect, "--runs-dir", str(runs), timeout=800)
-    [selftest] = sorted(runs.glob("selftest-*"))
-    [row] = json.loads((selftest / "selftest.json").read_text())
-    assert row["defect"] == defect and row["exit_code"] == 2, row
-    assert row["caught"], json.dumps(row, indent=1) + r.stdout[-3000:]
-    assert f"{ROLLOUT}.invariant.{objective}" in row["failed_checks"]
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert_selftest_caught(clone, defect, f"{ROLLOUT}.invariant.{objective}", f"rollout-selftest-{defect}")
