@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from functools import cache
 
 ENV = "CONTROLPLANE_DEFECTS"
@@ -164,6 +165,12 @@ def parse(value: str | None) -> frozenset[str]:
     if unknown:
         raise UnknownDefect(f"{ENV}: unknown defect(s) {unknown}; known: {', '.join(KNOWN)}")
     return names
+
+
+def for_part(part: str, names: Iterable[str]) -> list[str]:
+    """The defects of ``names`` that live in ``part`` (a component kind, or a part of no process
+    of its own as WHERE names it), sorted: what that part's process gets in its ENV."""
+    return sorted(d for d in names if part in WHERE[d])
 
 
 @cache

@@ -35,7 +35,7 @@ class Releases:
             if spec.group not in (Group.CONTROLPLANE, Group.AGENT):
                 continue
             env = {k: v for k, v in spec.env.items() if k != defects.ENV}
-            mine = sorted(d for d in wanted if spec.kind in defects.WHERE[d])
+            mine = defects.for_part(spec.kind, wanted)
             if mine:
                 env[defects.ENV] = ",".join(mine)
             if env != spec.env:
@@ -81,7 +81,7 @@ class Releases:
         from controlplane.db import DSN_ENV
 
         extra = {DSN_ENV: self.state.endpoints["dsn"]}
-        mine = sorted(d for d in self.state.info.get("defects", []) if "migrate" in defects.WHERE[d])
+        mine = defects.for_part("migrate", self.state.info.get("defects", []))
         if mine:
             extra[defects.ENV] = ",".join(mine)
         argv = gameday_argv("controlplane", "migrate", "--release", to)

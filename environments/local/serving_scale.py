@@ -82,8 +82,7 @@ class ServingScale:
         store = f"http://127.0.0.1:{self.state.info['ports']['proxy_s3']}"
         spec = serving.component(self.state.dir, replica,
                                  self.state.info["ports"][serving.port_name(replica)], store, version)
-        mine = sorted(d for d in self.state.info.get("defects") or ()
-                      if spec.kind in defects.WHERE.get(d, ()))
+        mine = defects.for_part(spec.kind, self.state.info.get("defects") or ())
         if not mine:
             return spec
         return dataclasses.replace(spec, env={**spec.env, defects.ENV: ",".join(mine)})
