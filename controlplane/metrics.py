@@ -6,7 +6,24 @@ instead, because a label per operation would grow Prometheus without bound.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
+
+_CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, remembered: prometheus_client checks and converts the
+    labels and takes a lock on every call, a few per cent of the API's CPU per submission
+    under load (docs/performance.md). Only for metrics that are never ``clear()``ed (a cleared
+    child would keep counting outside the registry); label values are bounded as the labels'
+    own (route templates, methods, codes, projects, queues)."""
+    key = (id(metric), labels)
+    c = _CHILDREN.get(key)
+    if c is None:
+        c = _CHILDREN[key] = metric.labels(*labels)
+    return c
 
 HTTP_REQUESTS = Counter("controlplane_http_requests_total", "HTTP requests answered",
                         ["route", "method", "code"])

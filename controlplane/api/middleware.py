@@ -31,8 +31,8 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = route_template(scope)
-            metrics.HTTP_REQUESTS.labels(route, scope["method"], str(status["code"])).inc()
-            metrics.HTTP_LATENCY.labels(route, scope["method"]).observe(
+            metrics.child(metrics.HTTP_REQUESTS, route, scope["method"], str(status["code"])).inc()
+            metrics.child(metrics.HTTP_LATENCY, route, scope["method"]).observe(
                 time.perf_counter() - start)
 
 

@@ -101,8 +101,10 @@ async def block_many(conn: AsyncConnection, items: list[tuple[Any, str, str, dic
         return 0
     query = sql.SQL("""
         WITH v AS (
-            SELECT * FROM unnest(%(id)s::uuid[], %(reason)s::text[], %(pending)s::text[],
-                                 %(data)s::jsonb[]) AS v(id, reason, pending, data)
+            -- binary parameters: a text array is dumped by escaping every element with a
+            -- regular expression (store/submissions.py), most of this statement's CPU
+            SELECT * FROM unnest(%(id)b::uuid[], %(reason)b::text[], %(pending)b::text[],
+                                 %(data)b::jsonb[]) AS v(id, reason, pending, data)
         ), t AS (
             UPDATE operations o SET state = %(dst)s, state_reason = v.reason,
                    updated_at = now(), {wait} = v.pending
