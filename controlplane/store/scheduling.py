@@ -40,6 +40,8 @@ class PassStats:
 
 
 def requirement(spec: dict[str, Any]) -> Requirement:
+    """What ``spec`` needs of a destination. Reads only resources, placement and the workload's
+    image: routing reads just those of a waiting operation's spec (_ROUTED_SPEC below)."""
     res = spec.get("resources") or {}
     acc = res.get("accelerator") or None
     pl = spec.get("placement") or {}
@@ -106,10 +108,19 @@ def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, b
 Cursor = tuple[Any, Any, Any, Any]
 
 
-# The part of a spec `requirement` reads, built by PostgreSQL: blocked work is grouped by it.
+# What routing reads of each waiting operation (_place, _wait, the blocked sweep's cursor),
+# and of its spec only the part `requirement` reads, built by PostgreSQL (blocked work is also
+# grouped by it). The whole row (every column; the spec, errors and result as JSON) cost the
+# reconciler a JSON parse of each (docs/performance.md, 2026-12-07).
+_ROUTED = ("id", "queue", "priority", "state", "state_reason", "pending_reason",
+           "attempt_count", "pinned_agent", "created_at")
 _ROUTED_SPEC = ("jsonb_build_object('resources', o.spec->'resources', 'placement',"
                 " o.spec->'placement', 'workload', jsonb_build_object('image',"
                 " o.spec->'workload'->'image'))")
+
+
+def _routed_columns() -> str:
+    return columns.some("operations", _ROUTED, "o")
 
 
 async def _changed_groups(c: Any, routed: list[str], dests: dict[str, Destination],
@@ -190,7 +201,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                             " WHERE state IN ('dispatched', 'running') GROUP BY queue")
             active = {r["queue"]: r["n"] for r in await c.fetchall()}
             await c.execute(
-                f"""SELECT {columns.of("operations", "o")},
+                f"""SELECT {_routed_columns()}, {_ROUTED_SPEC} AS spec,
                           extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
                    WHERE {wanted} AND o.queue = ANY(%s)
@@ -204,7 +215,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                     # same order as routing (priorities first), resumable at the cursor; only
                     # the operations of groups whose routing would change
                     await c.execute(
-                        f"""SELECT {columns.of("operations", "o")},
+                        f"""SELECT {_routed_columns()}, {_ROUTED_SPEC} AS spec,
                                   extract(epoch FROM now() - o.waiting_since) AS waited,
                                   -q.priority AS nq, -o.priority AS no
                            FROM operations o JOIN queues q ON q.name = o.queue
