@@ -105,9 +105,13 @@ def _dispatch_and_claims(cp: object, dsn: str, say: object) -> dict[str, object]
               help="Instead: our submit path and the peer's create call side by side on one "
               "PostgreSQL, both driven by wrk at --concurrency connections, rounds interleaved "
               "(needs wrk, and the peer from scripts/setup-<peer>.sh).")
+@click.option("--keep-rows", is_flag=True,
+              help="With --peer: keep every round's rows instead of emptying the tables after "
+              "each round, so they grow across the rounds (warm-up included) as a live "
+              "system's do.")
 def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_workers: int,
                        runtime: bool, idle: bool, home: Path | None,
-                       json_out: Path | None, peer: str | None) -> None:
+                       json_out: Path | None, peer: str | None, keep_rows: bool) -> None:
     """Everything the control plane costs, medians of rounds:
 
     \b
@@ -134,12 +138,15 @@ def bench_controlplane(seconds: float, rounds: int, concurrency: int, api_worker
     def say(msg: str) -> None:
         click.echo(msg, err=True)
 
+    if keep_rows and not peer:
+        raise click.UsageError("--keep-rows applies to the side by side only: add --peer")
     if peer:
         from gameday.bench_peer import run_side_by_side
 
         try:
             figures = run_side_by_side(peer, seconds=seconds, rounds=rounds,
-                                       connections=concurrency, api_workers=api_workers, say=say)
+                                       connections=concurrency, api_workers=api_workers, say=say,
+                                       keep_rows=keep_rows)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(json.dumps(figures, indent=2))

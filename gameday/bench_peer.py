@@ -359,8 +359,17 @@ def report(ours: dict[str, Any], peer: dict[str, Any], peer_name: str,
     ])
 
 
+def between_rounds(empty: Callable[[], None], keep_rows: bool) -> Callable[[], None]:
+    """What each side does after a round: empty its table (every round starts from the same
+    small table), or, with ``keep_rows``, nothing: the tables then grow across the rounds as
+    a live system's do, and so does what each submission costs the database
+    (docs/performance.md, 2026-12-07)."""
+    return (lambda: None) if keep_rows else empty
+
+
 def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int,
-                     api_workers: int, say: Callable[[str], None]) -> dict[str, Any]:
+                     api_workers: int, say: Callable[[str], None],
+                     keep_rows: bool = False) -> dict[str, Any]:
     """Start PostgreSQL, our API + reconciler and the peer; interleave wrk rounds."""
     import psycopg
 
@@ -428,7 +437,7 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                     lambda: {"api": tree(cp.apis[0].popen.pid),
                              "reconciler": tree(cp.recs[0].popen.pid),
                              "postgres": tree(pg.proc.pid)},  # type: ignore[union-attr]
-                    ours_rows, ours_empty)
+                    ours_rows, between_rounds(ours_empty, keep_rows))
                 if peer == "mlflow":
                     url, body, pattern = (f"{purl}/api/2.0/mlflow/runs/create",
                                           {"experiment_id": "0", "run_name": "bench"}, MLFLOW_ID)
@@ -440,7 +449,7 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                     peer, url, body, {}, pattern, "",
                     lambda: {peer: tree(peer_proc.pid),  # type: ignore[union-attr]
                              "postgres": tree(pg.proc.pid)},  # type: ignore[union-attr]
-                    peer_rows, peer_empty)
+                    peer_rows, between_rounds(peer_empty, keep_rows))
                 for side in (ours, mlf):  # warm-up: connections, caches, plans, imports
                     warm_up(side, connections=connections, threads=threads, workdir=work,
                             hz=hz, say=say)
@@ -454,6 +463,16 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
                         if not r["ack"].ok:
                             raise RuntimeError(f"{side.name}: acknowledged work is missing or "
                                                f"duplicated: {r['ack'].text()}")
+                kept = None
+                if keep_rows:  # how big the tables had grown by the last round
+                    with psycopg.connect(dsn) as conn:
+                        kept = {"ours": conn.execute(
+                            "SELECT count(*) FROM operations").fetchone()[0]}  # type: ignore[index]
+                    with psycopg.connect(pdsn) as conn:
+                        kept[peer] = conn.execute(
+                            f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+                    say(f"rows kept across the rounds: {kept['ours']} operations, "
+                        f"{kept[peer]} {table}")
     finally:
         if peer_proc is not None:
             _stop(peer_proc)
@@ -473,6 +492,8 @@ def run_side_by_side(peer: str, *, seconds: float, rounds: int, connections: int
     for r in (*results["ours"], *results[peer]):
         r["ack"] = r["ack"].text()
     return {"client": f"wrk, {threads} threads, {connections} connections, {seconds:g} s rounds",
+            "tables": "kept across rounds" if keep_rows else "emptied after each round",
+            "rows_kept": kept,
             "ours": so, peer: sp, "ratio": ratios, "rounds": results,
             "load_average_before": load_before, "load_average_after": load_after}
 

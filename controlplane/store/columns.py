@@ -73,3 +73,20 @@ def of(table: str, alias: str = "") -> str:
     """``o.id, o.project_id, ...`` for this process's release. Plain text on purpose: the names
     are the constants above, never input."""
     return _listed(table, alias, release.current())
+
+
+@cache
+def _some(table: str, alias: str, rel: str, wanted: tuple[str, ...]) -> str:
+    renamed = RENAMED.get(rel, {}).get(table, {})
+    unknown = [c for c in wanted if c not in TABLES[table]]
+    if unknown:
+        raise ValueError(f"{table} has no column(s) {unknown}")
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + renamed.get(c, c) for c in wanted)
+
+
+def some(table: str, wanted: tuple[str, ...], alias: str = "") -> str:
+    """Only ``wanted`` of ``table``'s columns (named as release N names them), as this
+    process's release reads them: for a statement that reads few columns of many rows."""
+    return _some(table, alias, release.current(), wanted)
+

@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from controlplane import defects, release, routing
 from controlplane.routing import Destination, Outcome, Requirement
@@ -34,10 +35,13 @@ class PassStats:
     failed: int = 0
     timed_out: int = 0
     requeued: int = 0
+    swept: int = 0  # blocked operations read again by the sweep (their routing changed)
     lost_pools: list[str] = field(default_factory=list)  # pool of each lost claimed attempt
 
 
 def requirement(spec: dict[str, Any]) -> Requirement:
+    """What ``spec`` needs of a destination. Reads only resources, placement and the workload's
+    image: routing reads just those of a waiting operation's spec (_ROUTED_SPEC below)."""
     res = spec.get("resources") or {}
     acc = res.get("accelerator") or None
     pl = spec.get("placement") or {}
@@ -104,6 +108,54 @@ def fleet_fingerprint(dests: dict[str, Destination]) -> tuple[tuple[str, bool, b
 Cursor = tuple[Any, Any, Any, Any]
 
 
+# What routing reads of each waiting operation (_place, _wait, the blocked sweep's cursor),
+# and of its spec only the part `requirement` reads, built by PostgreSQL (blocked work is also
+# grouped by it). The whole row (every column; the spec, errors and result as JSON) cost the
+# reconciler a JSON parse of each (docs/performance.md, 2026-12-07).
+_ROUTED = ("id", "queue", "priority", "state", "state_reason", "pending_reason",
+           "attempt_count", "pinned_agent", "created_at")
+_ROUTED_SPEC = ("jsonb_build_object('resources', o.spec->'resources', 'placement',"
+                " o.spec->'placement', 'workload', jsonb_build_object('image',"
+                " o.spec->'workload'->'image'))")
+
+
+def _routed_columns() -> str:
+    return columns.some("operations", _ROUTED, "o")
+
+
+async def _changed_groups(c: Any, routed: list[str], dests: dict[str, Destination],
+                          limits: dict[str, int], active: dict[str, int], stats: PassStats,
+                          ) -> list[tuple[str, Any, str | None, str | None]]:
+    """The groups of blocked work (queue, the spec's routed part, pinned agent, stated reason)
+    whose routing would change now; the others' operations are counted, never read.
+
+    An operation's routing decision depends on nothing else of it (`_place`: its queue's
+    concurrency, then `routing.route` of its requirement and pinned agent), and a decision that
+    stays "blocked" does not depend on the capacity booked during the pass. So a group routed
+    once stands for all its operations. Reading and locking every blocked operation on each
+    sweep instead sorted the whole backlog once per batch of 500: with 43,000 blocked, the
+    sweep never finished within its 10 s recheck and kept PostgreSQL at 90 % of a core while
+    nothing was submitted (docs/performance.md, 2026-12-07)."""
+    await c.execute(
+        f"""SELECT o.queue, {_ROUTED_SPEC} AS spec, o.pinned_agent, o.state_reason,
+                  count(*) AS n
+           FROM operations o
+           WHERE o.state = 'blocked' AND o.queue = ANY(%s)
+           GROUP BY 1, 2, 3, 4""", (routed,))
+    changed = []
+    every = defects.enabled("zone-sticky-retry")  # per-operation candidates: route each one
+    for g in await c.fetchall():
+        queue = g["queue"]
+        if not every and active.get(queue, 0) < limits.get(queue, 1):
+            decision = routing.route(requirement(g["spec"]), list(dests.values()),
+                                     pinned=g["pinned_agent"])
+            if decision.outcome is Outcome.BLOCKED and decision.reason == g["state_reason"]:
+                stats.blocked += g["n"]  # as if each had been routed again: still blocked
+                continue
+        changed.append((queue, g["spec"], g["pinned_agent"], g["state_reason"]))
+    return changed
+
+
 async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds: float,
                    batch: int = 500, last_fleet: tuple | None = None,
                    blocked_after: Cursor | None = None,
@@ -149,7 +201,7 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
                             " WHERE state IN ('dispatched', 'running') GROUP BY queue")
             active = {r["queue"]: r["n"] for r in await c.fetchall()}
             await c.execute(
-                f"""SELECT {columns.of("operations", "o")},
+                f"""SELECT {_routed_columns()}, {_ROUTED_SPEC} AS spec,
                           extract(epoch FROM now() - o.waiting_since) AS waited
                    FROM operations o JOIN queues q ON q.name = o.queue
                    WHERE {wanted} AND o.queue = ANY(%s)
@@ -158,22 +210,37 @@ async def schedule(conn: AsyncConnection, *, alive_seconds: float, lease_seconds
             ops = await c.fetchall()
             blocked: list[dict[str, Any]] = []
             if sweep and not defects.enabled("blocked-never-drain"):  # seeded defect: test only
-                # same order as routing (priorities first), resumable at the cursor
-                await c.execute(
-                    f"""SELECT {columns.of("operations", "o")},
-                              extract(epoch FROM now() - o.waiting_since) AS waited,
-                              -q.priority AS nq, -o.priority AS no
-                       FROM operations o JOIN queues q ON q.name = o.queue
-                       WHERE o.state = 'blocked' AND o.queue = ANY(%(routed)s)
-                         AND (%(started)s::boolean IS NOT TRUE
-                              OR (-q.priority, -o.priority, o.created_at, o.id)
-                                 > (%(nq)s::int, %(no)s::int, %(ts)s::timestamptz, %(id)s::uuid))
-                       ORDER BY -q.priority, -o.priority, o.created_at, o.id
-                       LIMIT %(n)s FOR UPDATE OF o SKIP LOCKED""",
-                    {"started": after is not None, "nq": after[0] if after else None,
-                     "no": after[1] if after else None, "ts": after[2] if after else None,
-                     "id": after[3] if after else None, "n": batch, "routed": routed})
-                blocked = await c.fetchall()
+                changed = await _changed_groups(c, routed, dests, limits, active, stats)
+                if changed:
+                    # same order as routing (priorities first), resumable at the cursor; only
+                    # the operations of groups whose routing would change
+                    await c.execute(
+                        f"""SELECT {_routed_columns()}, {_ROUTED_SPEC} AS spec,
+                                  extract(epoch FROM now() - o.waiting_since) AS waited,
+                                  -q.priority AS nq, -o.priority AS no
+                           FROM operations o JOIN queues q ON q.name = o.queue
+                           WHERE o.state = 'blocked' AND o.queue = ANY(%(routed)s)
+                             AND (%(started)s::boolean IS NOT TRUE
+                                  OR (-q.priority, -o.priority, o.created_at, o.id)
+                                     > (%(nq)s::int, %(no)s::int, %(ts)s::timestamptz,
+                                        %(id)s::uuid))
+                             AND EXISTS (
+                                 SELECT 1 FROM unnest(%(g_queue)s::text[], %(g_spec)s::jsonb[],
+                                                      %(g_pinned)s::text[], %(g_reason)s::text[])
+                                     AS g(queue, spec, pinned, reason)
+                                 WHERE g.queue = o.queue AND g.spec = {_ROUTED_SPEC}
+                                   AND g.pinned IS NOT DISTINCT FROM o.pinned_agent
+                                   AND g.reason IS NOT DISTINCT FROM o.state_reason)
+                           ORDER BY -q.priority, -o.priority, o.created_at, o.id
+                           LIMIT %(n)s FOR UPDATE OF o SKIP LOCKED""",
+                        {"started": after is not None, "nq": after[0] if after else None,
+                         "no": after[1] if after else None, "ts": after[2] if after else None,
+                         "id": after[3] if after else None, "n": batch, "routed": routed,
+                         "g_queue": [g[0] for g in changed],
+                         "g_spec": [Jsonb(g[1]) for g in changed],
+                         "g_pinned": [g[2] for g in changed], "g_reason": [g[3] for g in changed]})
+                    blocked = await c.fetchall()
+                    stats.swept += len(blocked)
         to_block: list[tuple[Any, str, str, dict[str, Any]]] = []
         for op in [*ops, *blocked]:
             if op["state"] == OpState.QUEUED and same_fleet and not _room(dests):

@@ -15,6 +15,7 @@ import pytest
 
 from gameday.bench_peer import (
     OURS_ID,
+    between_rounds,
     check_acks,
     lua_script,
     median_ratio,
@@ -159,3 +160,22 @@ def test_wrk_script_sends_a_fresh_key_per_request_and_keeps_each_id(tmp_path: Pa
     assert all(k.startswith("t1-") for k in keys)
     assert set(res.acked) <= set(ids)  # each 201's id, as the server sent it
     assert check_acks(res.acked, dict.fromkeys(ids, 1)).ok
+
+
+def test_rounds_empty_the_tables_unless_rows_are_kept() -> None:
+    emptied: list[int] = []
+    between_rounds(lambda: emptied.append(1), keep_rows=False)()
+    assert emptied == [1]
+    between_rounds(lambda: emptied.append(2), keep_rows=True)()
+    assert emptied == [1]
+
+
+def test_keep_rows_needs_a_peer() -> None:
+    from click.testing import CliRunner
+
+    from gameday.bench import bench_controlplane
+
+    res = CliRunner().invoke(bench_controlplane, ["--keep-rows", "--no-runtime", "--no-idle"])
+    assert res.exit_code == 2
+    assert "--keep-rows applies to the side by side only" in res.output
+
