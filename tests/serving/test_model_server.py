@@ -91,6 +91,15 @@ class Replica:
         except httpx.HTTPError:
             return None
 
+    def answered_ready_code(self, timeout: float = 30.0) -> int:
+        """The readiness answer once the server answers at all: its status file can say
+        "unready" before its HTTP server listens (a refused connection, read as no answer, failed
+        a loaded CI run)."""
+        self.wait_for(lambda: self.ready_code() is not None, timeout)
+        code = self.ready_code()
+        assert code is not None, "the model server stopped answering"
+        return code
+
     def wait_for(self, predicate, timeout: float = 60.0) -> float:
         started = time.monotonic()
         while time.monotonic() - started < timeout:
@@ -127,7 +136,7 @@ def test_ready_only_once_the_deployed_version_is_loaded(moto: str, tmp_path: Pat
     replicas.append(replica)
     # nothing published yet: up and answering, not ready, the reason says why
     replica.wait_for(lambda: (replica.status() or {}).get("state") == "unready")
-    assert replica.ready_code() == 503
+    assert replica.answered_ready_code() == 503
     assert "NoSuchKey" in replica.status()["reason"]  # type: ignore[index]
     assert replica.infer([GOLDEN_INPUTS[0]]).status_code == 503
     publish(_put(moto), version)
@@ -152,7 +161,7 @@ def test_a_digest_other_than_the_deployed_one_is_never_served(moto: str, tmp_pat
     assert status["state"] == "unready"  # type: ignore[index]
     assert f"is not the deployed {'0' * 64}" in status["reason"]  # type: ignore[index]
     time.sleep(1.5)  # several more load attempts: still refused
-    assert replica.ready_code() == 503
+    assert replica.answered_ready_code() == 503
     assert replica.infer([GOLDEN_INPUTS[1]]).status_code == 503
 
 
@@ -173,7 +182,7 @@ def test_a_store_out_of_reach_keeps_it_unready_saying_why_unless_the_seeded_defe
     replicas += [healthy, broken]
     healthy.wait_for(lambda: (healthy.status() or {}).get("state") == "unready")
     assert healthy.status()["reason"].startswith("artifact store unreachable: ")  # type: ignore[index]
-    assert healthy.ready_code() == 503
+    assert healthy.answered_ready_code() == 503
     assert healthy.infer([GOLDEN_INPUTS[1]]).status_code == 503
     broken.wait_for(lambda: broken.ready_code() == 200)
     assert broken.status()["reason"].startswith("serving what was loaded: artifact store "  # type: ignore[index]
