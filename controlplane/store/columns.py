@@ -63,10 +63,8 @@ def names(table: str, of_release: str | None = None) -> tuple[str, ...]:
     return tuple(renamed.get(c, c) for c in TABLES[table])
 
 
-@cache
 def _listed(table: str, alias: str, rel: str) -> str:
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + c for c in names(table, rel))
+    return _some(table, alias, rel, TABLES[table])
 
 
 def of(table: str, alias: str = "") -> str:
